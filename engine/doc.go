@@ -1,0 +1,24 @@
+// Package engine is kvidx's in-memory positional index of KV-cache blocks.
+//
+// Inference workers publish KV-cache events: blocks stored after a parent block,
+// blocks removed, all blocks cleared, a worker gone. The engine applies those
+// events, in order, to a sharded map keyed by (position, local block hash). Each
+// entry groups its holders by a router sequence hash that the engine computes
+// itself (see [NextSeq]), so the same block after two different prefixes is
+// never confused. A per-worker reverse map from the engine's own block hash to
+// its place lets Removed events find their entries.
+//
+// The property that sets kvidx apart: when the last holder leaves an entry, the
+// entry is deleted under the same shard lock that emptied it, on every removal
+// path, so the index never keeps empty entries and its memory stays flat under
+// cache churn.
+//
+// Queries ([Index.Match]) score, per worker, how many leading blocks of a request
+// it holds, exactly: a block missing in the middle of a chain stops the score
+// there. Workers whose held blocks all have their parents held (no holes) are
+// scored by bisection over positions; only workers with holes are checked
+// position by position.
+//
+// The package does no I/O: the write-ahead log, snapshots and event decoders
+// live in other packages and feed [Event] values to [Index.Apply].
+package engine
