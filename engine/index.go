@@ -240,3 +240,29 @@ func (ix *Index) Workers() []WorkerBlocks {
 	})
 	return out
 }
+
+// Verify checks the index's internal invariants: no empty entry, and every
+// reverse-map record matches a holder in its entry. It is for tests and the
+// inspection tools; it takes the index's locks and walks everything.
+func (ix *Index) Verify() error {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	for k, e := range ix.entries {
+		if len(e) == 0 {
+			return fmt.Errorf("entry (%d, %d) is empty", k.pos, k.th)
+		}
+		for s, g := range e {
+			if len(g) == 0 {
+				return fmt.Errorf("entry (%d, %d) seq %d has no holder", k.pos, k.th, s)
+			}
+		}
+	}
+	for w, rv := range ix.rev {
+		for bh, p := range rv {
+			if ix.entries[entryKey{p.pos, p.th}][p.seq][w] == 0 {
+				return fmt.Errorf("worker %v block %d: not a holder of its place", w, bh)
+			}
+		}
+	}
+	return nil
+}
