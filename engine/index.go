@@ -1,268 +1,101 @@
 package engine
 
-// TEMPORARY reference implementation: plain maps. It is replaced by the sharded
-// compact index and moves into the tests as the reference model.
-
 import (
 	"fmt"
-	"slices"
 	"sync"
 )
 
-type place struct {
-	pos     uint32
-	th, seq uint64
-}
-
-type entryKey struct {
-	pos uint32
-	th  uint64
-}
-
-// Index is the positional index. It is safe for concurrent use.
+// Index is the sharded positional index. Apply calls are serialised; Match and
+// the read methods run concurrently with them and with each other.
 type Index struct {
-	mu       sync.RWMutex
-	entries  map[entryKey]map[uint64]map[WorkerKey]int
-	rev      map[WorkerKey]map[uint64]place
-	counters Counters
+	// mu serialises writers: events apply one at a time, in call order.
+	mu sync.Mutex
+
+	shards [shardCount]shard
+
+	// wmu guards the worker registry below for readers. The writer (holding
+	// mu) changes registry membership only under wmu's write lock; per-worker
+	// state outside the registry is the writer's alone.
+	wmu     sync.RWMutex
+	workers []*worker   // by dense id; nil for a free id
+	keys    []WorkerKey // by dense id
+	// linear, by dense id, is 1 when queries must check that worker position by
+	// position (it may have holes). Read atomically by queries.
+	linear  []uint32
+	order   []uint32 // dense ids sorted by key
+	byKey   map[WorkerKey]uint32
+	freeIDs []uint32
+
+	holderBlocks int
+	counters     Counters
+
+	scratch sync.Pool // *matchScratch
 }
 
 // New returns an empty index.
 func New() *Index {
-	return &Index{entries: map[entryKey]map[uint64]map[WorkerKey]int{}, rev: map[WorkerKey]map[uint64]place{}}
+	return &Index{byKey: map[WorkerKey]uint32{}}
 }
 
-// Apply applies one event.
-func (ix *Index) Apply(ev *Event) error {
-	ix.mu.Lock()
-	defer ix.mu.Unlock()
-	c := &ix.counters
-	switch ev.Kind {
-	case KindStored:
-		if err := ix.store(ev); err != nil {
-			switch RejectReason(err) {
-			case "parent_not_found":
-				c.ParentNotFound++
-			default:
-				c.InvalidSequence++
-			}
-			return err
-		}
-		c.EventsStored++
-	case KindRemoved:
-		rv := ix.rev[ev.Worker]
-		for _, bh := range ev.BlockHashes {
-			p, ok := rv[bh]
-			if !ok {
-				c.BlockNotFound++
-				continue
-			}
-			delete(rv, bh)
-			ix.drop(ev.Worker, p)
-			c.BlocksRemoved++
-		}
-		if rv != nil && len(rv) == 0 {
-			delete(ix.rev, ev.Worker)
-		}
-		c.EventsRemoved++
-	case KindCleared:
-		ix.clear(ev.Worker)
-		c.EventsCleared++
-	case KindWorkerRemoved:
-		for k := range ix.rev {
-			if k.WorkerID == ev.Worker.WorkerID {
-				ix.clear(k)
-			}
-		}
-		c.EventsWorkerRemoved++
-	default:
-		c.InvalidEvent++
-		return fmt.Errorf("event kind %d: %w", ev.Kind, ErrInvalidEvent)
-	}
-	return nil
-}
-
-func (ix *Index) clear(w WorkerKey) {
-	for _, p := range ix.rev[w] {
-		ix.drop(w, p)
-		ix.counters.BlocksRemoved++
-	}
-	delete(ix.rev, w)
-}
-
-func (ix *Index) store(ev *Event) error {
-	if len(ev.Blocks) == 0 {
-		return fmt.Errorf("worker %v: stored event without blocks: %w", ev.Worker, ErrInvalidSequence)
-	}
-	rv := ix.rev[ev.Worker]
-	var pos, seq uint64
-	if ev.HasParent {
-		for _, b := range ev.Blocks {
-			if b.BlockHash == ev.ParentHash {
-				return fmt.Errorf("worker %v: parent block %d is one of the event's own blocks: %w", ev.Worker, ev.ParentHash, ErrInvalidSequence)
-			}
-		}
-		p, ok := rv[ev.ParentHash]
-		if !ok {
-			return fmt.Errorf("worker %v: parent block %d not held: %w", ev.Worker, ev.ParentHash, ErrParentNotFound)
-		}
-		pos, seq = uint64(p.pos)+1, p.seq
-	}
-	if ev.HasStartPosition {
-		pos = ev.StartPosition
-	}
-	if pos > MaxPosition || uint64(len(ev.Blocks))-1 > MaxPosition-pos {
-		return fmt.Errorf("worker %v: positions %d+%d overflow: %w", ev.Worker, pos, len(ev.Blocks), ErrInvalidSequence)
-	}
-	if rv == nil {
-		rv = map[uint64]place{}
-		ix.rev[ev.Worker] = rv
-	}
-	for i, b := range ev.Blocks {
-		switch {
-		case i > 0 || ev.HasParent:
-			seq = NextSeq(seq, b.TokensHash)
-		case ev.HasStartPosition:
-			seq = b.BlockHash
-		default:
-			seq = b.TokensHash
-		}
-		pl := place{pos: uint32(pos) + uint32(i), th: b.TokensHash, seq: seq}
-		if old, ok := rv[b.BlockHash]; ok {
-			if old == pl {
-				ix.counters.DuplicateStore++
-				continue
-			}
-			ix.drop(ev.Worker, old)
-		}
-		rv[b.BlockHash] = pl
-		ek := entryKey{pl.pos, pl.th}
-		e := ix.entries[ek]
-		if e == nil {
-			e = map[uint64]map[WorkerKey]int{}
-			ix.entries[ek] = e
-		}
-		g := e[pl.seq]
-		if g == nil {
-			g = map[WorkerKey]int{}
-			e[pl.seq] = g
-		}
-		g[ev.Worker]++
-		ix.counters.BlocksStored++
-	}
-	return nil
-}
-
-func (ix *Index) drop(w WorkerKey, p place) {
-	ek := entryKey{p.pos, p.th}
-	e := ix.entries[ek]
-	g := e[p.seq]
-	g[w]--
-	if g[w] == 0 {
-		delete(g, w)
-	}
-	if len(g) == 0 {
-		delete(e, p.seq)
-	}
-	if len(e) == 0 {
-		delete(ix.entries, ek)
-	}
-}
-
-// Match scores every worker key (or only candidates, when given) by the number
-// of leading blocks of localHashes it holds. Workers scoring 0 are omitted; the
-// result is sorted as by [SortScores].
-func (ix *Index) Match(localHashes []uint64, candidates []WorkerKey) []Score {
-	ix.mu.RLock()
-	defer ix.mu.RUnlock()
-	seqs := SeqHashes(nil, localHashes)
-	var ws []WorkerKey
-	if candidates != nil {
-		for _, c := range candidates {
-			if !slices.Contains(ws, c) {
-				ws = append(ws, c)
-			}
-		}
-	} else {
-		for k := range ix.rev {
-			ws = append(ws, k)
-		}
-	}
-	out := []Score{}
-	for _, w := range ws {
-		k := 0
-		for k < len(localHashes) && ix.entries[entryKey{uint32(k), localHashes[k]}][seqs[k]][w] > 0 {
-			k++
-		}
-		if k > 0 {
-			out = append(out, Score{Worker: w, MatchedBlocks: k})
-		}
-	}
-	SortScores(out)
-	return out
+// placeOf returns the place behind ref. Only the writer may call it without
+// the shard's lock.
+func (ix *Index) placeOf(ref uint32) *place {
+	return ix.shards[refShard(ref)].place(refLocal(ref))
 }
 
 // Len returns the number of (position, local hash) entries.
 func (ix *Index) Len() int {
-	ix.mu.RLock()
-	defer ix.mu.RUnlock()
-	return len(ix.entries)
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	return ix.entries()
+}
+
+func (ix *Index) entries() int {
+	n := 0
+	for i := range ix.shards {
+		n += ix.shards[i].entries
+	}
+	return n
 }
 
 // Stats returns the size of the index and its counters.
 func (ix *Index) Stats() Stats {
-	ix.mu.RLock()
-	defer ix.mu.RUnlock()
-	s := Stats{Entries: len(ix.entries), WorkerKeys: len(ix.rev), Counters: ix.counters}
-	for _, rv := range ix.rev {
-		s.HolderBlocks += len(rv)
-	}
-	return s
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	return Stats{Entries: ix.entries(), HolderBlocks: ix.holderBlocks, WorkerKeys: len(ix.byKey), Counters: ix.counters}
 }
 
 // Workers returns the block count of every worker key that holds a block,
 // sorted by worker id, then DP rank.
 func (ix *Index) Workers() []WorkerBlocks {
-	ix.mu.RLock()
-	defer ix.mu.RUnlock()
-	out := make([]WorkerBlocks, 0, len(ix.rev))
-	for k, rv := range ix.rev {
-		out = append(out, WorkerBlocks{Worker: k, Blocks: len(rv)})
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	out := make([]WorkerBlocks, 0, len(ix.order))
+	for _, id := range ix.order {
+		w := ix.workers[id]
+		out = append(out, WorkerBlocks{Worker: w.key, Blocks: w.rev.n})
 	}
-	slices.SortFunc(out, func(a, b WorkerBlocks) int {
-		if a.Worker.WorkerID != b.Worker.WorkerID {
-			if a.Worker.WorkerID < b.Worker.WorkerID {
-				return -1
-			}
-			return 1
-		}
-		return int(a.Worker.DPRank) - int(b.Worker.DPRank)
-	})
 	return out
 }
 
-// Verify checks the index's internal invariants: no empty entry, and every
-// reverse-map record matches a holder in its entry. It is for tests and the
-// inspection tools; it takes the index's locks and walks everything.
-func (ix *Index) Verify() error {
-	ix.mu.RLock()
-	defer ix.mu.RUnlock()
-	for k, e := range ix.entries {
-		if len(e) == 0 {
-			return fmt.Errorf("entry (%d, %d) is empty", k.pos, k.th)
-		}
-		for s, g := range e {
-			if len(g) == 0 {
-				return fmt.Errorf("entry (%d, %d) seq %d has no holder", k.pos, k.th, s)
-			}
-		}
+// WorkerBlockCount returns how many blocks key holds.
+func (ix *Index) WorkerBlockCount(key WorkerKey) int {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if _, w := ix.worker(key); w != nil {
+		return w.rev.n
 	}
-	for w, rv := range ix.rev {
-		for bh, p := range rv {
-			if ix.entries[entryKey{p.pos, p.th}][p.seq][w] == 0 {
-				return fmt.Errorf("worker %v block %d: not a holder of its place", w, bh)
-			}
-		}
-	}
-	return nil
+	return 0
+}
+
+// Counters returns the counters.
+func (ix *Index) Counters() Counters {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	return ix.counters
+}
+
+func (ix *Index) String() string {
+	s := ix.Stats()
+	return fmt.Sprintf("index{entries=%d holder_blocks=%d worker_keys=%d}", s.Entries, s.HolderBlocks, s.WorkerKeys)
 }

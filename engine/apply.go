@@ -1,0 +1,226 @@
+package engine
+
+import (
+	"fmt"
+	"sync/atomic"
+)
+
+// Apply applies one event. A rejected event (the error wraps
+// [ErrParentNotFound], [ErrInvalidSequence] or [ErrInvalidEvent]) changes
+// nothing but its counter. Skipped blocks (a duplicate store, a removal of a
+// block not held) are counted and do not fail the event.
+func (ix *Index) Apply(ev *Event) error {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	c := &ix.counters
+	switch ev.Kind {
+	case KindStored:
+		if err := ix.store(ev); err != nil {
+			switch RejectReason(err) {
+			case ErrParentNotFound.Error():
+				c.ParentNotFound++
+			default:
+				c.InvalidSequence++
+			}
+			return err
+		}
+		c.EventsStored++
+	case KindRemoved:
+		ix.remove(ev)
+		c.EventsRemoved++
+	case KindCleared:
+		if id, w := ix.worker(ev.Worker); w != nil {
+			ix.clear(id, w)
+		}
+		c.EventsCleared++
+	case KindWorkerRemoved:
+		for id, w := range ix.workers {
+			if w != nil && w.key.WorkerID == ev.Worker.WorkerID {
+				ix.clear(uint32(id), w)
+			}
+		}
+		c.EventsWorkerRemoved++
+	default:
+		c.InvalidEvent++
+		return fmt.Errorf("worker %v: event kind %d: %w", ev.Worker, ev.Kind, ErrInvalidEvent)
+	}
+	return nil
+}
+
+func (ix *Index) store(ev *Event) error {
+	if len(ev.Blocks) == 0 {
+		return fmt.Errorf("worker %v: stored event without blocks: %w", ev.Worker, ErrInvalidSequence)
+	}
+	id, w := ix.worker(ev.Worker)
+	var (
+		pos     uint64
+		prevSeq uint64
+		prevRef uint32
+		linked  bool // the first block chains from the parent at the next position
+	)
+	if ev.HasParent {
+		for _, b := range ev.Blocks {
+			if b.BlockHash == ev.ParentHash {
+				return fmt.Errorf("worker %v: parent block %d is one of the event's own blocks: %w", ev.Worker, ev.ParentHash, ErrInvalidSequence)
+			}
+		}
+		ok := false
+		if w != nil {
+			prevRef, ok = w.rev.get(ev.ParentHash)
+		}
+		if !ok {
+			return fmt.Errorf("worker %v: parent block %d not held: %w", ev.Worker, ev.ParentHash, ErrParentNotFound)
+		}
+		pp := ix.placeOf(prevRef)
+		pos, prevSeq, linked = uint64(pp.pos)+1, pp.seq, true
+	}
+	if ev.HasStartPosition {
+		linked = linked && ev.StartPosition == pos
+		pos = ev.StartPosition
+	}
+	if pos > MaxPosition || uint64(len(ev.Blocks))-1 > MaxPosition-pos {
+		return fmt.Errorf("worker %v: positions from %d for %d blocks overflow: %w", ev.Worker, pos, len(ev.Blocks), ErrInvalidSequence)
+	}
+	if w == nil {
+		id, w = ix.addWorker(ev.Worker)
+	}
+	for i, b := range ev.Blocks {
+		var seq uint64
+		switch {
+		case i > 0 || ev.HasParent:
+			seq = NextSeq(prevSeq, b.TokensHash)
+		case ev.HasStartPosition:
+			seq = b.BlockHash
+		default:
+			seq = b.TokensHash
+		}
+		p := uint32(pos) + uint32(i)
+		var parent uint32
+		if i > 0 || linked {
+			parent = prevRef
+		}
+		old, held := w.rev.get(b.BlockHash)
+		if held {
+			if op := ix.placeOf(old); op.pos == p && op.th == b.TokensHash && op.seq == seq {
+				ix.counters.DuplicateStore++
+				prevRef, prevSeq = old, seq
+				continue
+			}
+			if old == parent {
+				// The chain's parent itself moves away: its link is gone.
+				parent = 0
+			}
+			ix.dropHolding(id, w, old, false)
+		} else {
+			ix.holderBlocks++
+		}
+		ref := ix.addHolding(id, w, p, b.TokensHash, seq, parent)
+		w.rev.put(b.BlockHash, ref)
+		ix.counters.BlocksStored++
+		prevRef, prevSeq = ref, seq
+	}
+	return nil
+}
+
+// addHolding makes worker id a holder of (pos, th, seq), linked to the parent
+// place ref when the worker's kids are tracked.
+func (ix *Index) addHolding(id uint32, w *worker, pos uint32, th, seq uint64, parent uint32) uint32 {
+	tracked := !w.untracked
+	// A chain root must carry its own local hash as seq, and every other block
+	// must hang under a held parent, or the worker may have holes.
+	if tracked && ((pos == 0 && seq != th) || (pos > 0 && parent == 0)) {
+		ix.untrack(id, w)
+		tracked = false
+	}
+	if !tracked || pos == 0 {
+		parent = 0
+	}
+	h := keyHash(pos, th)
+	si := uint32(h >> (64 - shardBits))
+	local, added := ix.shards[si].addHolder(pos, th, seq, h, id, parent)
+	ref := makeRef(si, local)
+	if !added {
+		if w.dup == nil {
+			w.dup = map[uint32]uint32{}
+		}
+		w.dup[ref]++
+		return ref
+	}
+	if parent != 0 && !ix.shards[refShard(parent)].addKids(refLocal(parent), id, 1) {
+		ix.untrack(id, w)
+	}
+	return ref
+}
+
+// dropHolding removes one of worker id's block hashes from place ref. Inside a
+// Removed event (inRemoved) an orphaned child is only counted, since a later
+// block of the same event may remove it too.
+func (ix *Index) dropHolding(id uint32, w *worker, ref uint32, inRemoved bool) {
+	if n := w.dup[ref]; n > 0 {
+		if n == 1 {
+			delete(w.dup, ref)
+		} else {
+			w.dup[ref] = n - 1
+		}
+		return
+	}
+	kids, parent, ok := ix.shards[refShard(ref)].removeHolder(refLocal(ref), id)
+	if !ok || w.untracked {
+		return
+	}
+	if kids > 0 {
+		if !inRemoved {
+			ix.untrack(id, w)
+			return
+		}
+		w.orphans += kids
+		atomic.StoreUint32(&ix.linear[id], 1)
+	}
+	if parent != 0 && !ix.shards[refShard(parent)].addKids(refLocal(parent), id, -1) {
+		// The parent hold is gone: this child was an orphan of this event.
+		if inRemoved && w.orphans > 0 {
+			w.orphans--
+		} else {
+			ix.untrack(id, w)
+		}
+	}
+}
+
+func (ix *Index) remove(ev *Event) {
+	id, w := ix.worker(ev.Worker)
+	if w == nil {
+		ix.counters.BlockNotFound += uint64(len(ev.BlockHashes))
+		return
+	}
+	for _, bh := range ev.BlockHashes {
+		ref, ok := w.rev.del(bh)
+		if !ok {
+			ix.counters.BlockNotFound++
+			continue
+		}
+		ix.dropHolding(id, w, ref, true)
+		ix.holderBlocks--
+		ix.counters.BlocksRemoved++
+	}
+	switch {
+	case w.rev.n == 0:
+		ix.removeWorker(id)
+	case w.orphans > 0:
+		ix.untrack(id, w)
+	case !w.untracked:
+		atomic.StoreUint32(&ix.linear[id], 0)
+	}
+}
+
+// clear removes every block of worker id and forgets it.
+func (ix *Index) clear(id uint32, w *worker) {
+	// Blocks leave one at a time; meanwhile a query must not assume no holes.
+	atomic.StoreUint32(&ix.linear[id], 1)
+	w.rev.each(func(_ uint64, ref uint32) {
+		// A place held under two block hashes reports !ok the second time.
+		ix.shards[refShard(ref)].removeHolder(refLocal(ref), id)
+	})
+	ix.holderBlocks -= w.rev.n
+	ix.counters.BlocksRemoved += uint64(w.rev.n)
+	ix.removeWorker(id)
+}

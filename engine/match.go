@@ -1,0 +1,240 @@
+package engine
+
+import "sync/atomic"
+
+// matchScratch is one query's working memory, pooled so that a query
+// allocates only its result.
+type matchScratch struct {
+	local []uint64 // the query's local hashes
+	seqs  []uint64
+	arena []uint32 // holder sets, appended one after another
+	score []int32  // by dense id
+	mark  []uint32 // by dense id: epoch stamp of the clean (hole-free) scorers
+	tmp   []uint32 // by dense id: epoch stamps of short-lived sets
+	cand  []uint32 // by dense id: candidate stamp
+	count []int32  // by score: for ordering large results
+	epoch uint32
+}
+
+func (m *matchScratch) reset(workers int) {
+	if len(m.mark) < workers {
+		m.score = make([]int32, workers)
+		m.mark = make([]uint32, workers)
+		m.tmp = make([]uint32, workers)
+		m.cand = make([]uint32, workers)
+		m.epoch = 0
+	}
+	m.arena = m.arena[:0]
+}
+
+// next returns a fresh epoch: marks stamped with older epochs read as unset.
+func (m *matchScratch) next() uint32 {
+	m.epoch++
+	if m.epoch == 0 {
+		clear(m.mark)
+		clear(m.tmp)
+		clear(m.cand)
+		m.epoch = 1
+	}
+	return m.epoch
+}
+
+// Match scores every worker key (or only the candidates, when candidates is
+// not nil) by the number of leading blocks of localHashes it holds: worker w
+// scores k when, for every i < k, it holds the block at position i with local
+// hash localHashes[i] and router seq SeqHashes(localHashes)[i]. Workers scoring
+// 0 are omitted; the result is sorted as by [SortScores] and never nil.
+func (ix *Index) Match(localHashes []uint64, candidates []WorkerKey) []Score {
+	out := []Score{}
+	if len(localHashes) == 0 || (candidates != nil && len(candidates) == 0) {
+		return out
+	}
+	ix.wmu.RLock()
+	defer ix.wmu.RUnlock()
+	m, _ := ix.scratch.Get().(*matchScratch)
+	if m == nil {
+		m = &matchScratch{}
+	}
+	defer ix.scratch.Put(m)
+	m.reset(len(ix.keys))
+	var candEpoch uint32
+	if candidates != nil {
+		candEpoch = m.next()
+		for _, c := range candidates {
+			if id, ok := ix.byKey[c]; ok {
+				m.cand[id] = candEpoch
+			}
+		}
+	}
+	m.local = localHashes
+	defer func() { m.local = nil }()
+	m.seqs = SeqHashes(m.seqs[:0], localHashes)
+	n := len(localHashes)
+
+	// Every scoring worker holds position 0; split them into workers without
+	// holes (bisection is exact for them) and the rest (checked linearly).
+	all := ix.holdersAt(m, 0)
+	var s0, lin []uint32
+	start := len(m.arena)
+	for _, id := range all {
+		if candEpoch != 0 && m.cand[id] != candEpoch {
+			continue
+		}
+		m.score[id] = 1
+		if atomic.LoadUint32(&ix.linear[id]) == 0 {
+			m.arena = append(m.arena, id)
+		}
+	}
+	s0 = m.arena[start:]
+	start = len(m.arena)
+	for _, id := range all {
+		if (candEpoch == 0 || m.cand[id] == candEpoch) && atomic.LoadUint32(&ix.linear[id]) != 0 {
+			m.arena = append(m.arena, id)
+		}
+	}
+	lin = m.arena[start:]
+	scorers := len(s0) + len(lin)
+	if scorers == 0 {
+		return out
+	}
+	if len(s0) > 0 && n > 1 {
+		clean := m.next()
+		for _, id := range s0 {
+			m.mark[id] = clean
+		}
+		last := ix.cleanHoldersAt(m, n-1, clean)
+		for _, id := range last {
+			m.score[id] = int32(n)
+		}
+		ix.bisect(m, clean, 0, s0, n-1, last)
+	}
+	if len(lin) > 0 {
+		ix.scanLinear(m, lin)
+	}
+	out = make([]Score, 0, scorers)
+	if scorers <= 16 {
+		for _, set := range [][]uint32{s0, lin} {
+			for _, id := range set {
+				out = append(out, Score{Worker: ix.keys[id], MatchedBlocks: int(m.score[id])})
+			}
+		}
+		SortScores(out)
+		return out
+	}
+	return ix.orderScores(m, out, s0, lin, n)
+}
+
+// holdersAt appends to the arena the dense ids holding the query's block at pos.
+func (ix *Index) holdersAt(m *matchScratch, pos int) []uint32 {
+	th, seq := m.local[pos], m.seqs[pos]
+	h := keyHash(uint32(pos), th)
+	s := &ix.shards[h>>(64-shardBits)]
+	start := len(m.arena)
+	s.mu.RLock()
+	if local := s.lookupPlace(uint32(pos), th, seq, h); local != 0 {
+		for _, hd := range s.holders(s.place(local)) {
+			m.arena = append(m.arena, hd.wid)
+		}
+	}
+	s.mu.RUnlock()
+	return m.arena[start:]
+}
+
+// cleanHoldersAt is holdersAt restricted to ids stamped with epoch clean.
+func (ix *Index) cleanHoldersAt(m *matchScratch, pos int, clean uint32) []uint32 {
+	set := ix.holdersAt(m, pos)
+	k := 0
+	for _, id := range set {
+		if m.mark[id] == clean {
+			set[k] = id
+			k++
+		}
+	}
+	m.arena = m.arena[:len(m.arena)-len(set)+k]
+	return set[:k]
+}
+
+// bisect scores the workers without holes between two probed positions: a
+// holds the query's block at lo, b (a subset of a) at hi. A worker without
+// holes that holds position p holds every earlier one, so a worker's score is
+// one past the last position it holds, and only ranges where the holder set
+// shrinks need probing.
+func (ix *Index) bisect(m *matchScratch, clean uint32, lo int, a []uint32, hi int, b []uint32) {
+	if len(a) == len(b) {
+		return
+	}
+	if hi == lo+1 {
+		in := m.next()
+		for _, id := range b {
+			m.tmp[id] = in
+		}
+		for _, id := range a {
+			if m.tmp[id] != in {
+				m.score[id] = int32(lo + 1)
+			}
+		}
+		return
+	}
+	mid := (lo + hi) / 2
+	mset := ix.cleanHoldersAt(m, mid, clean)
+	ix.bisect(m, clean, lo, a, mid, mset)
+	ix.bisect(m, clean, mid, mset, hi, b)
+}
+
+// scanLinear scores workers that may have holes by probing every position
+// until none of them is left.
+func (ix *Index) scanLinear(m *matchScratch, alive []uint32) {
+	// Work on a copy: the caller still needs the full set.
+	start := len(m.arena)
+	m.arena = append(m.arena, alive...)
+	alive = m.arena[start:]
+	for pos := 1; pos < len(m.seqs) && len(alive) > 0; pos++ {
+		in := m.next()
+		for _, id := range ix.holdersAt(m, pos) {
+			m.tmp[id] = in
+		}
+		k := 0
+		for _, id := range alive {
+			if m.tmp[id] == in {
+				alive[k] = id
+				k++
+			} else {
+				m.score[id] = int32(pos)
+			}
+		}
+		alive = alive[:k]
+	}
+	for _, id := range alive {
+		m.score[id] = int32(len(m.seqs))
+	}
+}
+
+// orderScores sorts many scorers without comparisons: a counting sort by score
+// over the registry's key order.
+func (ix *Index) orderScores(m *matchScratch, out []Score, s0, lin []uint32, n int) []Score {
+	in := m.next()
+	if cap(m.count) < n+2 {
+		m.count = make([]int32, n+2)
+	}
+	count := m.count[:n+2]
+	clear(count)
+	for _, set := range [][]uint32{s0, lin} {
+		for _, id := range set {
+			m.tmp[id] = in
+			count[n-int(m.score[id])+1]++
+		}
+	}
+	// count[k] becomes the first output slot of score n-k.
+	for k := 1; k < len(count); k++ {
+		count[k] += count[k-1]
+	}
+	out = out[:len(s0)+len(lin)]
+	for _, id := range ix.order {
+		if m.tmp[id] == in {
+			k := n - int(m.score[id])
+			out[count[k]] = Score{Worker: ix.keys[id], MatchedBlocks: int(m.score[id])}
+			count[k]++
+		}
+	}
+	return out
+}
