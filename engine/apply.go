@@ -19,6 +19,8 @@ func (ix *Index) Apply(ev *Event) error {
 			switch RejectReason(err) {
 			case ErrParentNotFound.Error():
 				c.ParentNotFound++
+			case ErrTooManyWorkers.Error():
+				c.TooManyWorkers++
 			default:
 				c.InvalidSequence++
 			}
@@ -27,10 +29,12 @@ func (ix *Index) Apply(ev *Event) error {
 		c.EventsStored++
 	case KindRemoved:
 		ix.remove(ev)
+		ix.maybeCompact()
 		c.EventsRemoved++
 	case KindCleared:
 		if id, w := ix.worker(ev.Worker); w != nil {
 			ix.clear(id, w)
+			ix.maybeCompact()
 		}
 		c.EventsCleared++
 	case KindWorkerRemoved:
@@ -39,6 +43,7 @@ func (ix *Index) Apply(ev *Event) error {
 				ix.clear(uint32(id), w)
 			}
 		}
+		ix.maybeCompact()
 		c.EventsWorkerRemoved++
 	default:
 		c.InvalidEvent++
@@ -82,18 +87,14 @@ func (ix *Index) store(ev *Event) error {
 		return fmt.Errorf("worker %v: positions from %d for %d blocks overflow: %w", ev.Worker, pos, len(ev.Blocks), ErrInvalidSequence)
 	}
 	if w == nil {
+		if len(ix.byKey) >= MaxWorkerKeys {
+			return fmt.Errorf("worker %v: %d worker keys already hold blocks: %w", ev.Worker, len(ix.byKey), ErrTooManyWorkers)
+		}
 		id, w = ix.addWorker(ev.Worker)
 	}
+	seqs, hashes := ix.prefetchStore(w, ev, pos, prevSeq)
 	for i, b := range ev.Blocks {
-		var seq uint64
-		switch {
-		case i > 0 || ev.HasParent:
-			seq = NextSeq(prevSeq, b.TokensHash)
-		case ev.HasStartPosition:
-			seq = b.BlockHash
-		default:
-			seq = b.TokensHash
-		}
+		seq := seqs[i]
 		p := uint32(pos) + uint32(i)
 		var parent uint32
 		if i > 0 || linked {
@@ -114,7 +115,7 @@ func (ix *Index) store(ev *Event) error {
 		} else {
 			ix.holderBlocks++
 		}
-		ref := ix.addHolding(id, w, p, b.TokensHash, seq, parent)
+		ref := ix.addHolding(id, w, p, b.TokensHash, seq, hashes[i], parent)
 		w.rev.put(b.BlockHash, ref)
 		ix.counters.BlocksStored++
 		prevRef, prevSeq = ref, seq
@@ -124,7 +125,7 @@ func (ix *Index) store(ev *Event) error {
 
 // addHolding makes worker id a holder of (pos, th, seq), linked to the parent
 // place ref when the worker's kids are tracked.
-func (ix *Index) addHolding(id uint32, w *worker, pos uint32, th, seq uint64, parent uint32) uint32 {
+func (ix *Index) addHolding(id uint32, w *worker, pos uint32, th, seq, h uint64, parent uint32) uint32 {
 	tracked := !w.untracked
 	// A chain root must carry its own local hash as seq, and every other block
 	// must hang under a held parent, or the worker may have holes.
@@ -135,9 +136,8 @@ func (ix *Index) addHolding(id uint32, w *worker, pos uint32, th, seq uint64, pa
 	if !tracked || pos == 0 {
 		parent = 0
 	}
-	h := keyHash(pos, th)
 	si := uint32(h >> (64 - shardBits))
-	local, added := ix.shards[si].addHolder(pos, th, seq, h, id, parent)
+	local, added := ix.shards[si].addHolder(pos, th, seq, fingerprint(h), id, parent)
 	ref := makeRef(si, local)
 	if !added {
 		if w.dup == nil {
@@ -192,6 +192,7 @@ func (ix *Index) remove(ev *Event) {
 		ix.counters.BlockNotFound += uint64(len(ev.BlockHashes))
 		return
 	}
+	ix.prefetchRemove(w, ev.BlockHashes)
 	for _, bh := range ev.BlockHashes {
 		ref, ok := w.rev.del(bh)
 		if !ok {

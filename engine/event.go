@@ -74,12 +74,16 @@ var (
 	ErrInvalidSequence = errors.New("invalid_sequence")
 	// ErrInvalidEvent: the event's kind is unknown.
 	ErrInvalidEvent = errors.New("invalid_event")
+	// ErrTooManyWorkers: a Stored event names a new worker key while the index
+	// already holds blocks of MaxWorkerKeys worker keys.
+	ErrTooManyWorkers = errors.New("too_many_workers")
 )
 
 // RejectReason returns the counter name of a rejection returned by [Index.Apply]
-// ("parent_not_found", "invalid_sequence", "invalid_event"), or "" if err is not a rejection.
+// ("parent_not_found", "invalid_sequence", "invalid_event", "too_many_workers"),
+// or "" if err is not a rejection.
 func RejectReason(err error) string {
-	for _, e := range []error{ErrParentNotFound, ErrInvalidSequence, ErrInvalidEvent} {
+	for _, e := range []error{ErrParentNotFound, ErrInvalidSequence, ErrInvalidEvent, ErrTooManyWorkers} {
 		if errors.Is(err, e) {
 			return e.Error()
 		}

@@ -29,6 +29,10 @@ type Index struct {
 	holderBlocks int
 	counters     Counters
 
+	// Writer-owned scratch (see prefetch.go).
+	seqBuf, hashBuf []uint64
+	sink            uint64
+
 	scratch sync.Pool // *matchScratch
 }
 

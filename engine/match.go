@@ -131,10 +131,8 @@ func (ix *Index) holdersAt(m *matchScratch, pos int) []uint32 {
 	s := &ix.shards[h>>(64-shardBits)]
 	start := len(m.arena)
 	s.mu.RLock()
-	if local := s.lookupPlace(uint32(pos), th, seq, h); local != 0 {
-		for _, hd := range s.holders(s.place(local)) {
-			m.arena = append(m.arena, hd.wid)
-		}
+	if local := s.lookup(uint32(pos), th, seq, fingerprint(h)); local != 0 {
+		m.arena = s.appendHolderIDs(m.arena, s.place(local))
 	}
 	s.mu.RUnlock()
 	return m.arena[start:]

@@ -1,100 +1,131 @@
 package engine
 
 // revTable maps one worker key's block hashes to the places it holds them at.
-// Open addressing with linear probing over two parallel arrays (12 bytes a
-// slot, far below a Go map's per-entry cost), deletion by backward shift so
-// churn leaves no tombstones; it shrinks when mostly empty.
+// Robin Hood open addressing over packed 12-byte slots (far below a Go map's
+// per-entry cost), deletion by backward shift so churn leaves no tombstones;
+// it grows and shrinks to keep its load between shrinkLoad and growLoad.
 type revTable struct {
-	keys []uint64
-	refs []uint32 // place ref; 0 marks an empty slot
-	n    int
+	slots []revSlot
+	n     int
 }
 
-const revMinSize = 8
+// revSlot is a block hash split in two halves (keeping the slot at 12 bytes)
+// and its place ref; ref 0 marks an empty slot.
+type revSlot struct {
+	lo, hi, ref uint32
+}
 
-func (t *revTable) home(key uint64) uint64 { return mix64(key) & uint64(len(t.keys)-1) }
+func (s revSlot) key() uint64 { return uint64(s.hi)<<32 | uint64(s.lo) }
+
+func revHome(key uint64, size int) int { return home(uint32(mix64(key)>>32), size) }
+
+// find returns the slot holding key, or -1 and the slot where key belongs.
+func (t *revTable) find(key uint64) (at, stop int) {
+	size := len(t.slots)
+	if size == 0 {
+		return -1, -1
+	}
+	lo, hi := uint32(key), uint32(key>>32)
+	for i, d := revHome(key, size), 0; ; d++ {
+		s := &t.slots[i]
+		if s.ref == 0 {
+			return -1, i
+		}
+		if s.lo == lo && s.hi == hi {
+			return i, -1
+		}
+		if probeDist(revHome(s.key(), size), i, size) < d {
+			return -1, i
+		}
+		if i++; i == size {
+			i = 0
+		}
+	}
+}
 
 func (t *revTable) get(key uint64) (uint32, bool) {
-	if t.n == 0 {
-		return 0, false
+	if at, _ := t.find(key); at >= 0 {
+		return t.slots[at].ref, true
 	}
-	mask := uint64(len(t.keys) - 1)
-	for i := t.home(key); ; i = (i + 1) & mask {
-		if t.refs[i] == 0 {
-			return 0, false
-		}
-		if t.keys[i] == key {
-			return t.refs[i], true
-		}
-	}
+	return 0, false
 }
 
 // put sets key's place ref, adding the key when new.
 func (t *revTable) put(key uint64, ref uint32) {
-	if (t.n+1)*4 > len(t.keys)*3 {
-		t.resize(max(revMinSize, 2*len(t.keys)))
+	if float64(t.n+1) > growLoad*float64(len(t.slots)) {
+		t.resize(grownCap(t.n + 1))
 	}
-	mask := uint64(len(t.keys) - 1)
-	i := t.home(key)
-	for t.refs[i] != 0 && t.keys[i] != key {
-		i = (i + 1) & mask
+	at, stop := t.find(key)
+	if at >= 0 {
+		t.slots[at].ref = ref
+		return
 	}
-	if t.refs[i] == 0 {
-		t.n++
+	t.insertAt(stop, revSlot{lo: uint32(key), hi: uint32(key >> 32), ref: ref})
+	t.n++
+}
+
+func (t *revTable) insertAt(i int, s revSlot) {
+	size := len(t.slots)
+	sd := probeDist(revHome(s.key(), size), i, size)
+	for {
+		cur := t.slots[i]
+		if cur.ref == 0 {
+			t.slots[i] = s
+			return
+		}
+		if cd := probeDist(revHome(cur.key(), size), i, size); cd < sd {
+			t.slots[i], s, sd = s, cur, cd
+		}
+		if i++; i == size {
+			i = 0
+		}
+		sd++
 	}
-	t.keys[i], t.refs[i] = key, ref
 }
 
 // del removes key and returns its ref.
 func (t *revTable) del(key uint64) (uint32, bool) {
-	if t.n == 0 {
+	i, _ := t.find(key)
+	if i < 0 {
 		return 0, false
 	}
-	mask := uint64(len(t.keys) - 1)
-	i := t.home(key)
-	for t.keys[i] != key || t.refs[i] == 0 {
-		if t.refs[i] == 0 {
-			return 0, false
+	ref := t.slots[i].ref
+	size := len(t.slots)
+	for {
+		j := i + 1
+		if j == size {
+			j = 0
 		}
-		i = (i + 1) & mask
-	}
-	ref := t.refs[i]
-	for j := (i + 1) & mask; t.refs[j] != 0; j = (j + 1) & mask {
-		h := t.home(t.keys[j])
-		if (j > i && (h <= i || h > j)) || (j < i && h <= i && h > j) {
-			t.keys[i], t.refs[i] = t.keys[j], t.refs[j]
-			i = j
+		next := t.slots[j]
+		if next.ref == 0 || revHome(next.key(), size) == j {
+			t.slots[i] = revSlot{}
+			break
 		}
+		t.slots[i] = next
+		i = j
 	}
-	t.keys[i], t.refs[i] = 0, 0
 	t.n--
-	if len(t.keys) > revMinSize && t.n < len(t.keys)/8 {
-		t.resize(len(t.keys) / 2)
+	if size > minTable && float64(t.n) < shrinkLoad*float64(size) {
+		t.resize(shrunkCap(t.n))
 	}
 	return ref, true
 }
 
 func (t *revTable) resize(size int) {
-	keys, refs := t.keys, t.refs
-	t.keys, t.refs = make([]uint64, size), make([]uint32, size)
-	mask := uint64(size - 1)
-	for j, ref := range refs {
-		if ref == 0 {
-			continue
+	old := t.slots
+	t.slots = make([]revSlot, size)
+	for _, s := range old {
+		if s.ref != 0 {
+			t.insertAt(revHome(s.key(), size), s)
 		}
-		i := t.home(keys[j])
-		for t.refs[i] != 0 {
-			i = (i + 1) & mask
-		}
-		t.keys[i], t.refs[i] = keys[j], ref
 	}
 }
 
 // each calls fn for every (block hash, ref) pair.
 func (t *revTable) each(fn func(key uint64, ref uint32)) {
-	for i, ref := range t.refs {
-		if ref != 0 {
-			fn(t.keys[i], ref)
+	for _, s := range t.slots {
+		if s.ref != 0 {
+			fn(s.key(), s.ref)
 		}
 	}
 }

@@ -1,6 +1,9 @@
 package engine
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // The index is split into shardCount shards by a hash of (position, local hash).
 // Each shard owns its entries, their places and their holders under one RWMutex,
@@ -12,48 +15,65 @@ const (
 	pageSize   = 1 << pageBits
 	// maxLocal bounds a shard's place numbers so that a ref fits in 32 bits.
 	maxLocal = 1<<(32-shardBits) - 1
-	// inlineHolders is how many holders a place keeps without an overflow list.
-	inlineHolders = 2
+
+	// A holder packs a dense worker id (widBits) and its kids count (the rest).
+	widBits  = 20
+	widMask  = 1<<widBits - 1
+	kidsOne  = 1 << widBits
+	kidsMax  = 1<<(32-widBits) - 1
+	noHolder = holder(^uint32(0))     // an empty inline holder slot
+	overflow = holder(^uint32(0) - 1) // in h[1]: the holders live in shard.ovf[h[0]]
+	// MaxWorkerKeys is how many worker keys the index holds at once: dense ids
+	// must stay clear of the two markers above.
+	MaxWorkerKeys = widMask - 1
 )
 
-// holder is one worker key's hold on a place.
-type holder struct {
-	wid uint32 // dense worker id
-	// kids counts this worker's held places whose parent is this place. It is
-	// kept only while the worker's kids are tracked (see worker.untracked).
-	kids uint32
-}
+// holder is one worker key's hold on a place: its dense worker id and its
+// kids, the number of this worker's held places whose parent is this place.
+// Kids are kept only while the worker's kids are tracked (see
+// worker.untracked); past kidsMax the rest is counted in shard.bigKids.
+// Queries read holders with atomic loads, because the writer updates kids
+// without the shard lock (queries use only the id).
+type holder uint32
+
+func (h holder) wid() uint32  { return uint32(h) & widMask }
+func (h holder) kids() uint32 { return uint32(h) >> widBits }
 
 // place is one (position, local hash, router seq): the unit a worker holds.
-// Places of one entry (same position and local hash, different seqs) form a
-// list through next; the entry table points at the list's head.
+// An entry is the set of places sharing (position, local hash); usually one.
 type place struct {
 	th, seq uint64
 	pos     uint32
 	// parent is the ref of the place this one chains from, as linked by a
-	// worker whose kids are tracked; 0 when no such worker has linked it.
+	// worker whose kids are tracked; 0 when none has linked it. On a free
+	// place it links the free list.
 	parent uint32
-	next   uint32 // next place of the entry, or next free place
-	n      uint32 // number of holders
-	// h holds the holders when n <= inlineHolders; above that h[0].wid is the
-	// index of the overflow list in shard.ovf.
-	h [inlineHolders]holder
+	// h holds up to two holders inline (noHolder marks a free slot); with more,
+	// h[1] is overflow and h[0] indexes the list in shard.ovf.
+	h [2]holder
 }
 
 // shard is one lock's worth of the index.
+//
+// Its table maps (position, local hash) to places: one slot per place, a slot
+// being fingerprint<<32 | place number, 0 for empty. Places of one entry hash
+// alike, so they share a probe run, which is how the entry count is kept
+// without a per-entry list. Linear probing with deletion by backward shift
+// leaves no tombstones, and the table shrinks as well as grows, so churn does
+// not grow it. Capacity is any size, not a power of two (homes come from a
+// multiply-shift), so that the load stays between growLoad and shrinkLoad.
 type shard struct {
-	mu sync.RWMutex
-	// table maps (position, local hash) to the entry's head place. A slot is
-	// fingerprint<<32 | local place number; 0 is empty. Linear probing,
-	// deletion by backward shift: no tombstones, so churn does not grow it.
+	mu      sync.RWMutex
 	table   []uint64
-	entries int
-	pages   [][]place // place number l lives at pages[l>>pageBits][l&(pageSize-1)]; 0 is unused
-	places  int       // places in use
-	nextNew uint32    // next never-used place number
-	free    uint32    // head of the free-place list
+	places  int // slots in use: places alive
+	entries int // distinct (position, local hash) among them
+	pages   [][]place
+	nextNew uint32 // next never-used place number (0 is never used)
+	free    uint32 // head of the free-place list
 	ovf     [][]holder
 	ovfFree []uint32
+	// bigKids counts kids beyond kidsMax, by place number<<32 | dense id.
+	bigKids map[uint64]uint32
 	_       [64]byte // keep neighbouring shards' locks off one cache line
 }
 
@@ -61,14 +81,16 @@ func makeRef(si, local uint32) uint32 { return local<<shardBits | si }
 func refShard(ref uint32) uint32      { return ref & (shardCount - 1) }
 func refLocal(ref uint32) uint32      { return ref >> shardBits }
 
-// keyHash mixes an entry key. Its top shardBits bits choose the shard; bits
-// 32.. give the fingerprint and the home slot.
+// keyHash mixes an entry key: its top shardBits bits choose the shard, bits
+// 16..47 are the fingerprint that places a slot.
 func keyHash(pos uint32, th uint64) uint64 {
 	return mix64(th ^ uint64(pos)*0x9e3779b97f4a7c15)
 }
 
-// mix64 is the murmur3 finaliser: local hashes may be small or sequential
-// (tests, other engines), so slots need well-spread bits.
+func fingerprint(h uint64) uint32 { return uint32(h >> 16) }
+
+// mix64 is the murmur3 finaliser: local and block hashes may be small or
+// sequential (tests, other engines), so slots need well-spread bits.
 func mix64(x uint64) uint64 {
 	x ^= x >> 33
 	x *= 0xff51afd7ed558ccd
@@ -78,58 +100,147 @@ func mix64(x uint64) uint64 {
 	return x
 }
 
+// home maps a 32-bit hash onto [0, size) without a modulo.
+func home(h32 uint32, size int) int { return int(uint64(h32) * uint64(size) >> 32) }
+
+// Open-addressing tables (shard tables and reverse maps) keep their load in
+// [shrinkLoad, growLoad]: they grow to grownLoad (a growth factor near 1.8, so
+// a table filling up copies each slot about once) and shrink to shrunkLoad.
+const (
+	growLoad   = 0.90
+	grownLoad  = 0.50
+	shrinkLoad = 0.20
+	shrunkLoad = 0.60
+	minTable   = 16
+)
+
+// grownCap and shrunkCap return the capacity for n items after a resize.
+func grownCap(n int) int  { return max(minTable, int(float64(n)/grownLoad)+1) }
+func shrunkCap(n int) int { return max(minTable, int(float64(n)/shrunkLoad)+1) }
+
 func (s *shard) place(local uint32) *place {
 	return &s.pages[local>>pageBits][local&(pageSize-1)]
 }
 
 func (s *shard) holders(p *place) []holder {
-	if p.n <= inlineHolders {
-		return p.h[:p.n]
+	switch {
+	case p.h[1] == overflow:
+		return s.ovf[p.h[0]]
+	case p.h[1] != noHolder:
+		return p.h[:2]
+	case p.h[0] != noHolder:
+		return p.h[:1]
 	}
-	return s.ovf[p.h[0].wid]
+	return nil
 }
 
-// lookupEntry returns the slot and head place of entry (pos, th), or slot -1.
-func (s *shard) lookupEntry(pos uint32, th uint64, h uint64) (int, uint32) {
-	if len(s.table) == 0 {
-		return -1, 0
+// appendHolderIDs appends the dense ids of p's holders. Queries use it under
+// the read lock: its loads are atomic because the writer updates kids,
+// beside the ids, without the lock.
+func (s *shard) appendHolderIDs(dst []uint32, p *place) []uint32 {
+	load := func(h *holder) holder { return holder(atomic.LoadUint32((*uint32)(h))) }
+	h0, h1 := load(&p.h[0]), load(&p.h[1])
+	switch {
+	case h1 == overflow:
+		list := s.ovf[h0]
+		for i := range list {
+			dst = append(dst, load(&list[i]).wid())
+		}
+	case h1 != noHolder:
+		dst = append(dst, h0.wid(), h1.wid())
+	case h0 != noHolder:
+		dst = append(dst, h0.wid())
 	}
-	fp := uint32(h >> 32)
-	mask := uint64(len(s.table) - 1)
-	for i := uint64(fp) & mask; ; i = (i + 1) & mask {
+	return dst
+}
+
+// probeDist is how far slot i lies past home h in a table of size slots.
+func probeDist(h, i, size int) int {
+	if i >= h {
+		return i - h
+	}
+	return i + size - h
+}
+
+// find scans the probe run of (pos, th) for the place with seq. It returns
+// the place's slot (or -1), whether another place of the same entry exists,
+// and the slot where a new place of this key belongs.
+//
+// The table is Robin Hood ordered: along a run, slots sit at non-decreasing
+// distances from their homes... more exactly, no slot is nearer its home than
+// the slot before it would allow; so a search stops at the first slot nearer
+// its home than the searched key would be there, and places of one entry
+// (same fingerprint, same home) are never passed.
+func (s *shard) find(pos uint32, th, seq uint64, fp uint32) (at int, sibling bool, stop int) {
+	at = -1
+	size := len(s.table)
+	if size == 0 {
+		return -1, false, -1
+	}
+	for i, d := home(fp, size), 0; ; d++ {
 		slot := s.table[i]
 		if slot == 0 {
-			return -1, 0
+			return at, sibling, i
 		}
-		if uint32(slot>>32) == fp {
-			local := uint32(slot)
-			if p := s.place(local); p.pos == pos && p.th == th {
-				return int(i), local
+		if sfp := uint32(slot >> 32); sfp == fp {
+			if p := s.place(uint32(slot)); p.pos == pos && p.th == th {
+				if p.seq == seq {
+					at = i
+				} else {
+					sibling = true
+				}
 			}
+		} else if probeDist(home(sfp, size), i, size) < d {
+			return at, sibling, i
+		}
+		if i++; i == size {
+			i = 0
 		}
 	}
 }
 
-// lookupPlace returns the place number of (pos, th, seq), or 0.
-func (s *shard) lookupPlace(pos uint32, th, seq uint64, h uint64) uint32 {
-	_, local := s.lookupEntry(pos, th, h)
-	for local != 0 {
-		p := s.place(local)
-		if p.seq == seq {
-			return local
-		}
-		local = p.next
+// lookup returns the place number of (pos, th, seq), or 0. Queries call it
+// under the read lock.
+func (s *shard) lookup(pos uint32, th, seq uint64, fp uint32) uint32 {
+	size := len(s.table)
+	if size == 0 {
+		return 0
 	}
-	return 0
+	for i, d := home(fp, size), 0; ; d++ {
+		slot := s.table[i]
+		if slot == 0 {
+			return 0
+		}
+		if sfp := uint32(slot >> 32); sfp == fp {
+			if p := s.place(uint32(slot)); p.pos == pos && p.th == th && p.seq == seq {
+				return uint32(slot)
+			}
+		} else if probeDist(home(sfp, size), i, size) < d {
+			return 0
+		}
+		if i++; i == size {
+			i = 0
+		}
+	}
 }
 
-func (s *shard) insertSlot(slot uint64) {
-	mask := uint64(len(s.table) - 1)
-	i := (slot >> 32) & mask
-	for s.table[i] != 0 {
-		i = (i + 1) & mask
+// insertAt puts slot at i, where find stopped, moving the rest of the run
+// along (Robin Hood: a slot nearer its home gives way).
+func (s *shard) insertAt(i int, slot uint64) {
+	size := len(s.table)
+	for {
+		cur := s.table[i]
+		if cur == 0 {
+			s.table[i] = slot
+			return
+		}
+		if probeDist(home(uint32(cur>>32), size), i, size) < probeDist(home(uint32(slot>>32), size), i, size) {
+			s.table[i], slot = slot, cur
+		}
+		if i++; i == size {
+			i = 0
+		}
 	}
-	s.table[i] = slot
 }
 
 func (s *shard) resize(size int) {
@@ -137,26 +248,26 @@ func (s *shard) resize(size int) {
 	s.table = make([]uint64, size)
 	for _, slot := range old {
 		if slot != 0 {
-			s.insertSlot(slot)
+			s.insertAt(home(uint32(slot>>32), size), slot)
 		}
 	}
 }
 
-// deleteSlot empties slot i and shifts later members of its probe run back.
-func (s *shard) deleteSlot(i uint64) {
-	mask := uint64(len(s.table) - 1)
-	for j := (i + 1) & mask; s.table[j] != 0; j = (j + 1) & mask {
-		home := (s.table[j] >> 32) & mask
-		// Move slot j into the hole at i unless its home lies in (i, j].
-		if (j > i && (home <= i || home > j)) || (j < i && home <= i && home > j) {
-			s.table[i] = s.table[j]
-			i = j
+// deleteSlot empties slot i and shifts the rest of its run back by one.
+func (s *shard) deleteSlot(i int) {
+	size := len(s.table)
+	for {
+		j := i + 1
+		if j == size {
+			j = 0
 		}
-	}
-	s.table[i] = 0
-	s.entries--
-	if len(s.table) > 64 && s.entries < len(s.table)/8 {
-		s.resize(len(s.table) / 2)
+		next := s.table[j]
+		if next == 0 || home(uint32(next>>32), size) == j {
+			s.table[i] = 0
+			return
+		}
+		s.table[i] = next
+		i = j
 	}
 }
 
@@ -164,8 +275,7 @@ func (s *shard) allocPlace() uint32 {
 	if s.free != 0 {
 		local := s.free
 		p := s.place(local)
-		s.free, p.next = p.next, 0
-		s.places++
+		s.free, p.parent = p.parent, 0
 		return local
 	}
 	if s.nextNew == 0 {
@@ -179,62 +289,49 @@ func (s *shard) allocPlace() uint32 {
 		s.pages = append(s.pages, make([]place, pageSize))
 	}
 	s.nextNew++
-	s.places++
 	return local
 }
 
-func (s *shard) freePlace(local uint32) {
-	p := s.place(local)
-	*p = place{next: s.free}
-	s.free = local
-	s.places--
-}
-
-// addHolder makes wid a holder of place (pos, th, seq), creating the place and
-// its entry when needed, in one critical section. It returns the place number
-// and false when wid already held the place.
-func (s *shard) addHolder(pos uint32, th, seq uint64, h uint64, wid uint32, parent uint32) (uint32, bool) {
+// addHolder makes wid a holder of place (pos, th, seq), creating the place
+// (and with it, maybe, the entry) in the same critical section. It returns
+// the place number and false when wid already held the place.
+func (s *shard) addHolder(pos uint32, th, seq uint64, fp uint32, wid uint32, parent uint32) (uint32, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	slot, head := s.lookupEntry(pos, th, h)
-	local := head
-	for local != 0 && s.place(local).seq != seq {
-		local = s.place(local).next
+	if float64(s.places+1) > growLoad*float64(len(s.table)) {
+		s.resize(grownCap(s.places + 1))
 	}
-	if local == 0 {
+	at, sibling, stop := s.find(pos, th, seq, fp)
+	var local uint32
+	if at >= 0 {
+		local = uint32(s.table[at])
+	} else {
 		local = s.allocPlace()
-		p := s.place(local)
-		p.th, p.seq, p.pos = th, seq, pos
-		if slot >= 0 {
-			// The entry exists: link the new place behind its head.
-			hp := s.place(head)
-			p.next, hp.next = hp.next, local
-		} else {
-			if (s.entries+1)*4 > len(s.table)*3 {
-				s.resize(max(64, 2*len(s.table)))
-			}
-			s.insertSlot(h>>32<<32 | uint64(local))
+		*s.place(local) = place{th: th, seq: seq, pos: pos, h: [2]holder{noHolder, noHolder}}
+		s.insertAt(stop, uint64(fp)<<32|uint64(local))
+		s.places++
+		if !sibling {
 			s.entries++
 		}
 	}
 	p := s.place(local)
-	for _, hd := range s.holders(p) {
-		if hd.wid == wid {
+	hs := s.holders(p)
+	for i := range hs {
+		if hs[i].wid() == wid {
 			return local, false
 		}
 	}
 	switch {
-	case p.n < inlineHolders:
-		p.h[p.n] = holder{wid: wid}
-	case p.n == inlineHolders:
-		list := make([]holder, inlineHolders+1, 2*inlineHolders)
+	case len(hs) < 2:
+		p.h[len(hs)] = holder(wid)
+	case len(hs) == 2:
+		list := make([]holder, 3, 4)
 		copy(list, p.h[:])
-		list[inlineHolders] = holder{wid: wid}
-		p.h[0].wid = s.newOverflow(list)
+		list[2] = holder(wid)
+		p.h[0], p.h[1] = holder(s.newOverflow(list)), overflow
 	default:
-		s.ovf[p.h[0].wid] = append(s.ovf[p.h[0].wid], holder{wid: wid})
+		s.ovf[p.h[0]] = append(hs, holder(wid))
 	}
-	p.n++
 	if parent != 0 {
 		p.parent = parent
 	}
@@ -252,75 +349,100 @@ func (s *shard) newOverflow(list []holder) uint32 {
 	return uint32(len(s.ovf) - 1)
 }
 
-// removeHolder ends wid's hold on place local. When the place loses its last
-// holder it is unlinked, and when its entry loses its last place the entry is
-// deleted, all under the lock that emptied it. It returns the holder's kids
-// and the place's parent link (read before the place can be freed), and
-// false when wid was not a holder.
+// removeHolder ends wid's hold on place local. A place that loses its last
+// holder is deleted, and with the entry's last place the entry, all under
+// the lock that emptied it. It returns the holder's kids and the place's
+// parent link (read before the place is freed), and false when wid was not
+// a holder.
 func (s *shard) removeHolder(local uint32, wid uint32) (kids, parent uint32, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p := s.place(local)
 	hs := s.holders(p)
 	i := 0
-	for i < len(hs) && hs[i].wid != wid {
+	for i < len(hs) && hs[i].wid() != wid {
 		i++
 	}
 	if i == len(hs) {
 		return 0, 0, false
 	}
-	kids, parent = hs[i].kids, p.parent
+	kids, parent = hs[i].kids(), p.parent
+	if kids == kidsMax {
+		key := uint64(local)<<32 | uint64(wid)
+		kids += s.bigKids[key]
+		delete(s.bigKids, key)
+	}
 	last := len(hs) - 1
 	hs[i] = hs[last]
 	switch {
-	case p.n > inlineHolders+1:
-		s.ovf[p.h[0].wid] = hs[:last]
-	case p.n == inlineHolders+1:
-		idx := p.h[0].wid
-		copy(p.h[:], hs[:inlineHolders])
+	case len(hs) > 3:
+		s.ovf[p.h[0]] = hs[:last]
+	case len(hs) == 3:
+		idx := p.h[0]
+		copy(p.h[:], hs[:2])
 		s.ovf[idx] = nil
-		s.ovfFree = append(s.ovfFree, idx)
+		s.ovfFree = append(s.ovfFree, uint32(idx))
 	default:
-		p.h[last] = holder{}
+		p.h[last] = noHolder
 	}
-	p.n--
-	if p.n == 0 {
-		s.unlinkPlace(local, p)
+	if p.h[0] == noHolder {
+		s.deletePlace(local, p)
 	}
 	return kids, parent, true
 }
 
-// unlinkPlace removes an empty place from its entry, deleting the entry with
-// its last place, and frees it.
-func (s *shard) unlinkPlace(local uint32, p *place) {
-	h := keyHash(p.pos, p.th)
-	slot, head := s.lookupEntry(p.pos, p.th, h)
-	switch {
-	case head == local && p.next == 0:
-		s.deleteSlot(uint64(slot))
-	case head == local:
-		s.table[slot] = s.table[slot]>>32<<32 | uint64(p.next)
-	default:
-		prev := s.place(head)
-		for prev.next != local {
-			prev = s.place(prev.next)
+// deletePlace removes an empty place from the table, counts the entry gone
+// when no sibling place remains, and frees the place.
+func (s *shard) deletePlace(local uint32, p *place) {
+	fp := fingerprint(keyHash(p.pos, p.th))
+	i := home(fp, len(s.table))
+	for uint32(s.table[i]) != local {
+		if i++; i == len(s.table) {
+			i = 0
 		}
-		prev.next = p.next
 	}
-	s.freePlace(local)
+	s.deleteSlot(i)
+	s.places--
+	if _, sibling, _ := s.find(p.pos, p.th, p.seq, fp); !sibling {
+		s.entries--
+	}
+	*p = place{parent: s.free, h: [2]holder{noHolder, noHolder}}
+	s.free = local
+	if len(s.table) > minTable && float64(s.places) < shrinkLoad*float64(len(s.table)) {
+		s.resize(shrunkCap(s.places))
+	}
 }
 
-// addKids adds delta to wid's kids count on place local and reports whether
-// wid holds it.
+// addKids adds delta (+1 or -1) to wid's kids count on place local and
+// reports whether wid holds it. Writer only, without the lock: see holder.
 func (s *shard) addKids(local, wid uint32, delta int32) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	hs := s.holders(s.place(local))
 	for i := range hs {
-		if hs[i].wid == wid {
-			hs[i].kids = uint32(int32(hs[i].kids) + delta)
-			return true
+		if hs[i].wid() != wid {
+			continue
 		}
+		key := uint64(local)<<32 | uint64(wid)
+		switch {
+		case delta > 0 && hs[i].kids() == kidsMax:
+			if s.bigKids == nil {
+				s.bigKids = map[uint64]uint32{}
+			}
+			s.bigKids[key]++
+		case delta > 0:
+			atomic.StoreUint32((*uint32)(&hs[i]), uint32(hs[i])+kidsOne)
+		case s.bigKids[key] > 0:
+			if s.bigKids[key]--; s.bigKids[key] == 0 {
+				delete(s.bigKids, key)
+			}
+		default:
+			atomic.StoreUint32((*uint32)(&hs[i]), uint32(hs[i])-kidsOne)
+		}
+		return true
 	}
 	return false
+}
+
+// holderKids is wid's full kids count on place local (for Verify).
+func (s *shard) holderKids(local uint32, h holder) uint32 {
+	return h.kids() + s.bigKids[uint64(local)<<32|uint64(h.wid())]
 }

@@ -36,6 +36,7 @@ type Counters struct {
 	ParentNotFound      uint64 `json:"parent_not_found"`
 	InvalidSequence     uint64 `json:"invalid_sequence"`
 	InvalidEvent        uint64 `json:"invalid_event"`
+	TooManyWorkers      uint64 `json:"too_many_workers"`
 	DuplicateStore      uint64 `json:"duplicate_store"`
 	BlockNotFound       uint64 `json:"block_not_found"`
 }

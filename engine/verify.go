@@ -27,39 +27,41 @@ func (ix *Index) Verify() error {
 	holds := map[hold]uint32{} // -> kids recorded
 	for si := range ix.shards {
 		s := &ix.shards[si]
-		entries, places := 0, 0
+		places := 0
+		keys := map[[2]uint64]bool{}
 		for _, slot := range s.table {
 			if slot == 0 {
 				continue
 			}
-			entries++
-			head := s.place(uint32(slot))
-			if uint32(slot>>32) != uint32(keyHash(head.pos, head.th)>>32) {
-				bad("shard %d: entry (%d, %d) has a wrong fingerprint", si, head.pos, head.th)
+			places++
+			local := uint32(slot)
+			p := s.place(local)
+			if fp := fingerprint(keyHash(p.pos, p.th)); uint32(slot>>32) != fp {
+				bad("shard %d: place (%d, %d, %d) has a wrong fingerprint", si, p.pos, p.th, p.seq)
+			} else if s.lookup(p.pos, p.th, p.seq, fp) != local {
+				bad("shard %d: place (%d, %d, %d) is not found by lookup", si, p.pos, p.th, p.seq)
 			}
-			for local := uint32(slot); local != 0; local = s.place(local).next {
-				p := s.place(local)
-				places++
-				if p.pos != head.pos || p.th != head.th {
-					bad("shard %d: place %d is linked into entry (%d, %d) but is (%d, %d)", si, local, head.pos, head.th, p.pos, p.th)
+			keys[[2]uint64{uint64(p.pos), p.th}] = true
+			hs := s.holders(p)
+			if len(hs) == 0 {
+				bad("shard %d: entry (%d, %d) seq %d has no holder", si, p.pos, p.th, p.seq)
+			}
+			for _, hd := range hs {
+				k := hold{makeRef(uint32(si), local), hd.wid()}
+				if _, dup := holds[k]; dup {
+					bad("shard %d: place %d lists worker id %d twice", si, local, hd.wid())
 				}
-				if p.n == 0 {
-					bad("shard %d: entry (%d, %d) seq %d has no holder", si, p.pos, p.th, p.seq)
-				}
-				for _, hd := range s.holders(p) {
-					k := hold{makeRef(uint32(si), local), hd.wid}
-					if _, dup := holds[k]; dup {
-						bad("shard %d: place %d lists worker id %d twice", si, local, hd.wid)
-					}
-					holds[k] = hd.kids
-				}
+				holds[k] = s.holderKids(local, hd)
 			}
 		}
-		if entries != s.entries {
-			bad("shard %d: %d entries counted, %d in the table", si, s.entries, entries)
+		if len(keys) != s.entries {
+			bad("shard %d: %d entries counted, %d in the table", si, s.entries, len(keys))
 		}
 		if places != s.places {
-			bad("shard %d: %d places counted, %d linked", si, s.places, places)
+			bad("shard %d: %d places counted, %d in the table", si, s.places, places)
+		}
+		if len(s.table) > 0 && float64(places) > growLoad*float64(len(s.table)) {
+			bad("shard %d: table overloaded: %d places in %d slots", si, places, len(s.table))
 		}
 	}
 	seen := map[hold]bool{}

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"time"
+)
+
+// reporter writes replay's diagnostics to stderr and, when stderr is a
+// terminal, a progress line redrawn at most once per second. Diagnostics
+// erase the progress line first, so the two never share a line.
+type reporter struct {
+	w     io.Writer
+	tty   bool
+	shown bool // a progress line is on screen
+	last  time.Time
+}
+
+func newReporter(w io.Writer) *reporter {
+	rep := &reporter{w: w, last: time.Now()}
+	if f, ok := w.(*os.File); ok {
+		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			rep.tty = true
+		}
+	}
+	return rep
+}
+
+// printf writes one diagnostic line.
+func (r *reporter) printf(format string, args ...any) {
+	r.endProgress()
+	fmt.Fprintf(r.w, format+"\n", args...)
+}
+
+// progress shows how far the event file has been read, if a second has passed
+// since the last update. Callers call it every so many lines, so that the
+// clock is not read per event.
+func (r *reporter) progress(line int, blocks uint64) {
+	if !r.tty || time.Since(r.last) < time.Second {
+		return
+	}
+	r.last = time.Now()
+	fmt.Fprintf(r.w, "\r\x1b[Kkvidx replay: %d event lines read, %d blocks", line, blocks)
+	r.shown = true
+}
+
+// endProgress erases the progress line, if one is shown.
+func (r *reporter) endProgress() {
+	if r.shown {
+		fmt.Fprint(r.w, "\r\x1b[K")
+		r.shown = false
+	}
+}

@@ -1,0 +1,121 @@
+package engine
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// A large index that shrinks is compacted: its pages are returned, every
+// reference to a moved place is rewritten, and answers do not change.
+func TestCompactionAfterShrink(t *testing.T) {
+	ix, ref := New(), newModel()
+	rng := rand.New(rand.NewPCG(3, 4))
+	var stores []Event
+	var queries [][]uint64
+	for i := range 6000 {
+		w := WorkerKey{WorkerID: uint64(i % 16)}
+		ths := make([]uint64, 20)
+		for j := range ths {
+			ths[j] = uint64(rng.IntN(1 << 20))
+		}
+		ths[0] = uint64(i % 50) // shared roots: many holders per root place
+		ev := chain(w, nil, ths...)
+		stores = append(stores, ev)
+		queries = append(queries, ths)
+	}
+	for i := range stores {
+		_ = ix.Apply(&stores[i])
+		_ = ref.Apply(&stores[i])
+	}
+	pagesBefore := 0
+	for i := range ix.shards {
+		pagesBefore += len(ix.shards[i].pages)
+	}
+	// Remove 90% of the chains, tails first for some, heads first for others.
+	for i := range stores {
+		if i%10 == 0 {
+			continue
+		}
+		r := removed(stores[i].Worker, stores[i])
+		if i%2 == 0 {
+			slices.Reverse(r.BlockHashes)
+		}
+		_ = ix.Apply(&r)
+		_ = ref.Apply(&r)
+	}
+	pagesAfter := 0
+	for i := range ix.shards {
+		s := &ix.shards[i]
+		pagesAfter += len(s.pages)
+		if want := s.places>>pageBits + 1; len(s.pages) > want {
+			t.Errorf("shard %d: %d pages for %d places, want %d", i, len(s.pages), s.places, want)
+		}
+	}
+	if pagesAfter >= pagesBefore {
+		t.Errorf("pages %d -> %d: compaction did not return memory", pagesBefore, pagesAfter)
+	}
+	if err := ix.Verify(); err != nil {
+		t.Fatal(err)
+	}
+	if ix.Stats() != ref.Stats() {
+		t.Fatalf("stats %+v, model %+v", ix.Stats(), ref.Stats())
+	}
+	for _, q := range queries {
+		if got, want := ix.Match(q, nil), ref.Match(q, nil); !slices.Equal(got, want) {
+			t.Fatalf("query %v: %v, model %v", q[:3], got, want)
+		}
+	}
+	// The index keeps working on compacted shards.
+	for i := range stores {
+		if i%10 != 0 {
+			_ = ix.Apply(&stores[i])
+			_ = ref.Apply(&stores[i])
+		}
+	}
+	if err := ix.Verify(); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range queries[:500] {
+		if got, want := ix.Match(q, nil), ref.Match(q, nil); !slices.Equal(got, want) {
+			t.Fatalf("after refill, query %v: %v, model %v", q[:3], got, want)
+		}
+	}
+}
+
+// More children of one place than a holder's packed kids field counts.
+func TestManyKidsOfOnePlace(t *testing.T) {
+	ix := New()
+	apply(t, ix, chain(w0, nil, 1))
+	var kids []Event
+	for th := uint64(2); th < 2+kidsMax+300; th++ {
+		ev := chain(w0, []uint64{1}, th)
+		kids = append(kids, ev)
+		if err := ix.Apply(&ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ix.Verify(); err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range kids[:400] {
+		r := removed(w0, ev)
+		if err := ix.Apply(&r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ix.Verify(); err != nil {
+		t.Fatal(err)
+	}
+	if got := scoreOf(ix, w0, 1, kids[500].Blocks[0].TokensHash); got != 2 {
+		t.Fatalf("score %d, want 2", got)
+	}
+	if ix.linear[0] != 0 {
+		t.Fatal("a worker without holes was flagged for linear scoring")
+	}
+	// Removing the parent orphans the rest: the worker now has holes.
+	apply(t, ix, Event{Worker: w0, Kind: KindRemoved, BlockHashes: []uint64{1}})
+	if got := scoreOf(ix, w0, 1, kids[500].Blocks[0].TokensHash); got != 0 {
+		t.Fatalf("score %d after the root went, want 0", got)
+	}
+}
