@@ -310,3 +310,11 @@ func TestHashVectors(t *testing.T) {
 		t.Fatal("a partial block must give no hash")
 	}
 }
+
+func TestUnmix(t *testing.T) {
+	for _, x := range []uint64{0, 1, 2, 1 << 63, ^uint64(0), 0x1234567890abcdef} {
+		if unmix64(mix64(x)) != x {
+			t.Fatalf("unmix64(mix64(%#x)) = %#x", x, unmix64(mix64(x)))
+		}
+	}
+}

@@ -30,7 +30,7 @@ func (ix *Index) prefetchStore(w *worker, ev *Event, pos, prevSeq uint64) (seqs,
 	sink := ix.sink
 	if n := len(w.rev.slots); n > 0 {
 		for _, b := range ev.Blocks {
-			sink += uint64(w.rev.slots[revHome(b.BlockHash, n)].ref)
+			sink += uint64(w.rev.slots[slotHome(uint32(mix64(b.BlockHash)>>32), n)].ref)
 		}
 	}
 	for _, h := range hashes {
@@ -59,7 +59,7 @@ func (ix *Index) prefetchRemove(w *worker, hashes []uint64) {
 	}
 	sink := ix.sink
 	for _, bh := range hashes {
-		sink += uint64(w.rev.slots[revHome(bh, n)].ref)
+		sink += uint64(w.rev.slots[slotHome(uint32(mix64(bh)>>32), n)].ref)
 	}
 	for _, bh := range hashes {
 		if ref, ok := w.rev.get(bh); ok {

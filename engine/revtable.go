@@ -9,15 +9,17 @@ type revTable struct {
 	n     int
 }
 
-// revSlot is a block hash split in two halves (keeping the slot at 12 bytes)
-// and its place ref; ref 0 marks an empty slot.
+// revSlot is a mixed block hash (mix64 of it: a bijection, so slots hash by
+// their own bits and probing never rehashes) split in two halves, keeping the
+// slot at 12 bytes, and its place ref; ref 0 marks an empty slot.
 type revSlot struct {
 	lo, hi, ref uint32
 }
 
-func (s revSlot) key() uint64 { return uint64(s.hi)<<32 | uint64(s.lo) }
+func (s revSlot) mixed() uint64 { return uint64(s.hi)<<32 | uint64(s.lo) }
 
-func revHome(key uint64, size int) int { return home(uint32(mix64(key)>>32), size) }
+// slotHome is the home of a slot holding mixed key hi<<32|lo.
+func slotHome(hi uint32, size int) int { return home(hi, size) }
 
 // find returns the slot holding key, or -1 and the slot where key belongs.
 func (t *revTable) find(key uint64) (at, stop int) {
@@ -25,8 +27,9 @@ func (t *revTable) find(key uint64) (at, stop int) {
 	if size == 0 {
 		return -1, -1
 	}
-	lo, hi := uint32(key), uint32(key>>32)
-	for i, d := revHome(key, size), 0; ; d++ {
+	mk := mix64(key)
+	lo, hi := uint32(mk), uint32(mk>>32)
+	for i, d := slotHome(hi, size), 0; ; d++ {
 		s := &t.slots[i]
 		if s.ref == 0 {
 			return -1, i
@@ -34,7 +37,7 @@ func (t *revTable) find(key uint64) (at, stop int) {
 		if s.lo == lo && s.hi == hi {
 			return i, -1
 		}
-		if probeDist(revHome(s.key(), size), i, size) < d {
+		if probeDist(slotHome(s.hi, size), i, size) < d {
 			return -1, i
 		}
 		if i++; i == size {
@@ -60,20 +63,21 @@ func (t *revTable) put(key uint64, ref uint32) {
 		t.slots[at].ref = ref
 		return
 	}
-	t.insertAt(stop, revSlot{lo: uint32(key), hi: uint32(key >> 32), ref: ref})
+	mk := mix64(key)
+	t.insertAt(stop, revSlot{lo: uint32(mk), hi: uint32(mk >> 32), ref: ref})
 	t.n++
 }
 
 func (t *revTable) insertAt(i int, s revSlot) {
 	size := len(t.slots)
-	sd := probeDist(revHome(s.key(), size), i, size)
+	sd := probeDist(slotHome(s.hi, size), i, size)
 	for {
 		cur := t.slots[i]
 		if cur.ref == 0 {
 			t.slots[i] = s
 			return
 		}
-		if cd := probeDist(revHome(cur.key(), size), i, size); cd < sd {
+		if cd := probeDist(slotHome(cur.hi, size), i, size); cd < sd {
 			t.slots[i], s, sd = s, cur, cd
 		}
 		if i++; i == size {
@@ -97,7 +101,7 @@ func (t *revTable) del(key uint64) (uint32, bool) {
 			j = 0
 		}
 		next := t.slots[j]
-		if next.ref == 0 || revHome(next.key(), size) == j {
+		if next.ref == 0 || slotHome(next.hi, size) == j {
 			t.slots[i] = revSlot{}
 			break
 		}
@@ -116,7 +120,7 @@ func (t *revTable) resize(size int) {
 	t.slots = make([]revSlot, size)
 	for _, s := range old {
 		if s.ref != 0 {
-			t.insertAt(revHome(s.key(), size), s)
+			t.insertAt(slotHome(s.hi, size), s)
 		}
 	}
 }
@@ -125,7 +129,7 @@ func (t *revTable) resize(size int) {
 func (t *revTable) each(fn func(key uint64, ref uint32)) {
 	for _, s := range t.slots {
 		if s.ref != 0 {
-			fn(s.key(), s.ref)
+			fn(unmix64(s.mixed()), s.ref)
 		}
 	}
 }

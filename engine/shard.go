@@ -100,6 +100,17 @@ func mix64(x uint64) uint64 {
 	return x
 }
 
+// unmix64 inverts mix64 (each of its steps is invertible: a xorshift by 33
+// of 64 bits is its own inverse, and odd multipliers have inverses mod 2^64).
+func unmix64(x uint64) uint64 {
+	x ^= x >> 33
+	x *= 0x9cb4b2f8129337db
+	x ^= x >> 33
+	x *= 0x4f74430c22a54005
+	x ^= x >> 33
+	return x
+}
+
 // home maps a 32-bit hash onto [0, size) without a modulo.
 func home(h32 uint32, size int) int { return int(uint64(h32) * uint64(size) >> 32) }
 
