@@ -31,6 +31,7 @@ type Index struct {
 
 	// Writer-owned scratch (see prefetch.go).
 	seqBuf, hashBuf []uint64
+	refBuf          []uint32
 	sink            uint64
 
 	scratch sync.Pool // *matchScratch

@@ -46,6 +46,10 @@ func (ix *Index) prefetchStore(w *worker, ev *Event, pos, prevSeq uint64) (seqs,
 		if slot := s.table[home(fingerprint(h), len(s.table))]; slot != 0 {
 			sink += s.place(uint32(slot)).seq
 		}
+		// A new place comes off the head of the free list.
+		if s.free != 0 {
+			sink += uint64(s.place(s.free).parent)
+		}
 	}
 	ix.sink = sink
 	return seqs, hashes
@@ -61,9 +65,23 @@ func (ix *Index) prefetchRemove(w *worker, hashes []uint64) {
 	for _, bh := range hashes {
 		sink += uint64(w.rev.slots[slotHome(uint32(mix64(bh)>>32), n)].ref)
 	}
+	refs := ix.refBuf[:0]
 	for _, bh := range hashes {
 		if ref, ok := w.rev.get(bh); ok {
+			refs = append(refs, ref)
 			sink += ix.placeOf(ref).seq
+		}
+	}
+	ix.refBuf = refs
+	// Emptied places leave their shard table, and parents lose a kid.
+	for _, ref := range refs {
+		p := ix.placeOf(ref)
+		s := &ix.shards[refShard(ref)]
+		if len(s.table) > 0 {
+			sink += s.table[home(fingerprint(keyHash(p.pos, p.th)), len(s.table))]
+		}
+		if p.parent != 0 {
+			sink += uint64(ix.placeOf(p.parent).h[0])
 		}
 	}
 	ix.sink = sink
