@@ -1,0 +1,151 @@
+package engine
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"pgregory.net/rapid"
+)
+
+// reload freezes ix and loads the frozen places into a new index.
+func reload(t interface {
+	Fatalf(string, ...any)
+}, ix *Index) *Index {
+	f := ix.Freeze()
+	l := NewLoader()
+	var err error
+	lastPos := uint32(0)
+	f.Places(func(rec *PlaceRecord) bool {
+		if rec.Position < lastPos {
+			t.Fatalf("places out of order: %d after %d", rec.Position, lastPos)
+		}
+		lastPos = rec.Position
+		err = l.Add(rec)
+		return err == nil
+	})
+	if err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	return l.Finish(f.Stats().Counters)
+}
+
+func TestFreezeLoadRoundtrip(t *testing.T) {
+	queries := allQueries()
+	rapid.Check(t, func(t *rapid.T) {
+		ix := New()
+		for range rapid.IntRange(1, 60).Draw(t, "steps") {
+			ev := genEvent(t)
+			_ = ix.Apply(&ev)
+		}
+		got := reload(t, ix)
+		if err := got.Verify(); err != nil {
+			t.Fatalf("loaded index: %v", err)
+		}
+		if got.Stats() != ix.Stats() {
+			t.Fatalf("stats %+v, want %+v", got.Stats(), ix.Stats())
+		}
+		if !slices.Equal(got.Workers(), ix.Workers()) {
+			t.Fatalf("workers %v, want %v", got.Workers(), ix.Workers())
+		}
+		for _, q := range queries {
+			if a, b := got.Match(q, nil), ix.Match(q, nil); !slices.Equal(a, b) {
+				t.Fatalf("query %v: loaded %v, original %v", q, a, b)
+			}
+		}
+		// The loaded index keeps applying events like the original.
+		for range 10 {
+			ev := genEvent(t)
+			if RejectReason(got.Apply(&ev)) != RejectReason(ix.Apply(&ev)) {
+				t.Fatalf("after load, %+v applies differently", ev)
+			}
+		}
+		if err := got.Verify(); err != nil {
+			t.Fatalf("loaded index after more events: %v", err)
+		}
+		for _, q := range queries {
+			if a, b := got.Match(q, nil), ix.Match(q, nil); !slices.Equal(a, b) {
+				t.Fatalf("after more events, query %v: loaded %v, original %v", q, a, b)
+			}
+		}
+	})
+}
+
+func TestLoaderRejectsBadRecords(t *testing.T) {
+	good := PlaceRecord{ID: 64, Position: 0, TokensHash: 1, Seq: 1, Holders: []HolderRecord{{Worker: w0, BlockHashes: []uint64{1}}}}
+	tests := []struct {
+		name string
+		recs []PlaceRecord
+	}{
+		{"id 0", []PlaceRecord{{Position: 0, TokensHash: 1, Seq: 1, Holders: good.Holders}}},
+		{"no holder", []PlaceRecord{{ID: 64, TokensHash: 1, Seq: 1}}},
+		{"holder without block hash", []PlaceRecord{{ID: 64, TokensHash: 1, Seq: 1, Holders: []HolderRecord{{Worker: w0}}}}},
+		{"duplicate id", []PlaceRecord{good, {ID: 64, Position: 0, TokensHash: 2, Seq: 2, Holders: []HolderRecord{{Worker: w0, BlockHashes: []uint64{2}}}}}},
+		{"duplicate place", []PlaceRecord{good, {ID: 65, Position: 0, TokensHash: 1, Seq: 1, Holders: []HolderRecord{{Worker: w0, BlockHashes: []uint64{2}}}}}},
+		{"block held twice", []PlaceRecord{good, {ID: 65, Position: 0, TokensHash: 2, Seq: 2, Holders: []HolderRecord{{Worker: w0, BlockHashes: []uint64{1}}}}}},
+		{"out of order", []PlaceRecord{{ID: 65, Position: 3, TokensHash: 2, Seq: 2, Holders: good.Holders}, good}},
+		{"unknown parent", []PlaceRecord{{ID: 65, Parent: 99, Position: 1, TokensHash: 2, Seq: NextSeq(1, 2), Holders: good.Holders}}},
+		{"parent does not chain", []PlaceRecord{good, {ID: 65, Parent: 64, Position: 1, TokensHash: 2, Seq: 12345, Holders: []HolderRecord{{Worker: w0, BlockHashes: []uint64{2}}}}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := NewLoader()
+			var err error
+			for i := range tt.recs {
+				if err = l.Add(&tt.recs[i]); err != nil {
+					break
+				}
+			}
+			if err == nil {
+				t.Fatal("bad records loaded without error")
+			}
+		})
+	}
+}
+
+// Chains with real seqs, partly removed from the tail: the loaded index
+// scores like the original and keeps hole-free workers on the bisection path.
+func TestFreezeLoadChains(t *testing.T) {
+	ix := New()
+	rng := rand.New(rand.NewPCG(5, 6))
+	var queries [][]uint64
+	for i := range 4000 {
+		w := WorkerKey{WorkerID: uint64(i % 12), DPRank: uint32(i % 2)}
+		ths := make([]uint64, 2+rng.IntN(20))
+		for j := range ths {
+			ths[j] = 1 + rng.Uint64N(4)
+		}
+		ev := chain(w, nil, ths...)
+		if err := ix.Apply(&ev); err != nil {
+			t.Fatal(err)
+		}
+		queries = append(queries, ths)
+		if rng.IntN(3) == 0 {
+			r := removed(w, ev)
+			r.BlockHashes = r.BlockHashes[len(r.BlockHashes)-1-rng.IntN(len(r.BlockHashes)-1):]
+			if err := ix.Apply(&r); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := ix.Verify(); err != nil {
+		t.Fatal(err)
+	}
+	got := reload(t, ix)
+	if err := got.Verify(); err != nil {
+		t.Fatal(err)
+	}
+	for id := range ix.linear {
+		if ix.linear[id] == 0 && ix.workers[id] != nil {
+			gid, _ := got.worker(ix.workers[id].key)
+			if got.linear[gid] != 0 {
+				t.Fatalf("worker %v lost its hole-free status in the reload", ix.workers[id].key)
+			}
+		}
+	}
+	for _, q := range queries {
+		if a, b := got.Match(q, nil), ix.Match(q, nil); !slices.Equal(a, b) {
+			t.Fatalf("query %v: loaded %v, original %v", q, a, b)
+		}
+	}
+}
