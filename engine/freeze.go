@@ -15,6 +15,7 @@ type Frozen struct {
 	keys     []WorkerKey // by frozen worker index
 	revs     [][]revSlot // by frozen worker index
 	pages    [shardCount][][]place
+	nextNew  [shardCount]uint32 // slots from here on were never used
 	counters Counters
 }
 
@@ -22,12 +23,14 @@ type Frozen struct {
 // router seq) and who holds it under which block hashes. A snapshot holds
 // nothing else: an entry is the set of places sharing (position, local hash).
 type PlaceRecord struct {
-	// ID names the place within one Frozen (and the snapshot made from it).
+	// ID is the place's ordinal in [Frozen.Places] order, from 1: a snapshot
+	// need not store it.
 	ID uint32
-	// Parent is the ID of the place this one chains from (position-1, and
-	// this seq = NextSeq(parent seq, TokensHash)), or 0 when no held place is
-	// known to be its parent. It lets a loaded index know, without replaying
-	// history, which workers hold their blocks without holes.
+	// Parent is the ID of an earlier place this one may chain from, or 0. The
+	// loader keeps the link only if the parent chains to this place (position
+	// one less, seq = NextSeq(parent seq, TokensHash)). It lets a loaded index
+	// know, without replaying history, which workers hold their blocks
+	// without holes.
 	Parent     uint32
 	Position   uint32
 	TokensHash uint64
@@ -58,6 +61,7 @@ func (ix *Index) Freeze() *Frozen {
 	}
 	for si := range ix.shards {
 		s := &ix.shards[si]
+		f.nextNew[si] = s.nextNew
 		f.pages[si] = make([][]place, len(s.pages))
 		for i, pg := range s.pages {
 			f.pages[si][i] = slices.Clone(pg)
@@ -92,85 +96,69 @@ func (f *Frozen) place(ref uint32) *place {
 // Places calls yield for every place, in (position, local hash, seq) order,
 // until yield returns false. The record and its slices are reused between
 // calls: copy what must outlive one.
+//
+// Random memory access is what costs here, so the place slabs are read in
+// order once, and the reverse maps are scattered into place order by a
+// counting sort; only small arrays are then read at random.
 func (f *Frozen) Places(yield func(*PlaceRecord) bool) {
-	// The reverse maps' (place, worker, block hash) triples, grouped by place.
-	type hold struct {
-		ref uint32
-		w   uint32 // frozen worker index: keys are sorted, so is this
-		bh  uint64
+	// Number every place slot densely: shard by shard, place by place.
+	var base [shardCount + 1]int
+	for si := range f.pages {
+		base[si+1] = base[si] + len(f.pages[si])*pageSize
 	}
-	holds := make([]hold, 0, f.stats.HolderBlocks)
+	dense := func(ref uint32) int { return base[refShard(ref)] + int(refLocal(ref)) }
+	type span struct {
+		pos     uint32
+		parent  uint32 // dense number of the parent slot + 1, or 0
+		th, seq uint64
+		d       int32 // dense number
+	}
+	spans := make([]span, 0, f.stats.Entries)
+	for si := range f.pages {
+		for pi, pg := range f.pages[si] {
+			for li := range pg {
+				p := &pg[li]
+				local := pi*pageSize + li
+				if local == 0 || local >= int(f.nextNew[si]) || p.h[0] == noHolder {
+					continue
+				}
+				s := span{pos: p.pos, th: p.th, seq: p.seq, d: int32(base[si] + local)}
+				if p.parent != 0 && p.pos > 0 {
+					s.parent = uint32(dense(p.parent)) + 1
+				}
+				spans = append(spans, s)
+			}
+		}
+	}
+	// Counting sort of the reverse maps' (worker, block hash) pairs by place:
+	// workers are visited in key order, so each place's holders come sorted.
+	start := make([]int32, base[shardCount]+1)
+	for _, slots := range f.revs {
+		for _, s := range slots {
+			if s.ref != 0 {
+				start[dense(s.ref)+1]++
+			}
+		}
+	}
+	for d := 1; d < len(start); d++ {
+		start[d] += start[d-1]
+	}
+	type hold struct {
+		w  uint32
+		bh uint64
+	}
+	holds := make([]hold, start[len(start)-1])
+	next := slices.Clone(start[:len(start)-1])
 	for w, slots := range f.revs {
 		for _, s := range slots {
 			if s.ref != 0 {
-				holds = append(holds, hold{ref: s.ref, w: uint32(w), bh: unmix64(s.mixed())})
+				d := dense(s.ref)
+				holds[next[d]] = hold{w: uint32(w), bh: unmix64(s.mixed())}
+				next[d]++
 			}
 		}
 	}
-	slices.SortFunc(holds, func(a, b hold) int {
-		if c := cmp.Compare(a.ref, b.ref); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(a.w, b.w); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.bh, b.bh)
-	})
-	type span struct {
-		pos        uint32
-		th, seq    uint64
-		ref        uint32
-		start, end int
-	}
-	var spans []span
-	for i := 0; i < len(holds); {
-		j := i + 1
-		for j < len(holds) && holds[j].ref == holds[i].ref {
-			j++
-		}
-		p := f.place(holds[i].ref)
-		spans = append(spans, span{pos: p.pos, th: p.th, seq: p.seq, ref: holds[i].ref, start: i, end: j})
-		i = j
-	}
-	byRef := func(ref uint32) (span, bool) {
-		i, ok := slices.BinarySearchFunc(spans, ref, func(s span, ref uint32) int { return cmp.Compare(s.ref, ref) })
-		if !ok {
-			return span{}, false
-		}
-		return spans[i], true
-	}
-	holdsAt := func(s span, w uint32) bool {
-		_, ok := slices.BinarySearchFunc(holds[s.start:s.end], w, func(h hold, w uint32) int { return cmp.Compare(h.w, w) })
-		return ok
-	}
-	// parentOf keeps a parent link only where it is sound: the parent chains
-	// to the place and one of the place's holders holds it.
-	parentOf := func(s span) uint32 {
-		p := f.place(s.ref)
-		if p.parent == 0 || p.pos == 0 {
-			return 0
-		}
-		ps, ok := byRef(p.parent)
-		if !ok || ps.pos+1 != p.pos || NextSeq(ps.seq, p.th) != p.seq {
-			return 0
-		}
-		for _, h := range holds[s.start:s.end] {
-			if holdsAt(ps, h.w) {
-				return p.parent
-			}
-		}
-		return 0
-	}
-	parents := make([]uint32, len(spans))
-	for i, s := range spans {
-		parents[i] = parentOf(s)
-	}
-	order := make([]int32, len(spans))
-	for i := range order {
-		order[i] = int32(i)
-	}
-	slices.SortFunc(order, func(a, b int32) int {
-		x, y := &spans[a], &spans[b]
+	slices.SortFunc(spans, func(x, y span) int {
 		if c := cmp.Compare(x.pos, y.pos); c != 0 {
 			return c
 		}
@@ -179,22 +167,33 @@ func (f *Frozen) Places(yield func(*PlaceRecord) bool) {
 		}
 		return cmp.Compare(x.seq, y.seq)
 	})
+	// IDs are ordinals in this order; parents (lower positions) come first.
+	id := make([]uint32, base[shardCount])
+	for i, s := range spans {
+		id[s.d] = uint32(i + 1)
+	}
 	var rec PlaceRecord
 	var bhs []uint64
-	for _, i := range order {
-		s := spans[i]
-		rec = PlaceRecord{ID: s.ref, Parent: parents[i], Position: s.pos, TokensHash: s.th, Seq: s.seq, Holders: rec.Holders[:0]}
+	for i, s := range spans {
+		hs := holds[start[s.d]:start[s.d+1]]
+		rec = PlaceRecord{ID: uint32(i + 1), Position: s.pos, TokensHash: s.th, Seq: s.seq, Holders: rec.Holders[:0]}
+		if s.parent != 0 {
+			// A stale link (its parent gone, the slot reused) is dropped by
+			// the loader, which checks that the parent chains to this place.
+			if pid := id[s.parent-1]; pid != 0 && pid < rec.ID {
+				rec.Parent = pid
+			}
+		}
 		bhs = bhs[:0]
-		for _, h := range holds[s.start:s.end] {
+		for _, h := range hs {
 			bhs = append(bhs, h.bh)
 		}
-		for k := s.start; k < s.end; {
-			w := holds[k].w
-			start := k
-			for k < s.end && holds[k].w == w {
+		for k := 0; k < len(hs); {
+			w, from := hs[k].w, k
+			for k < len(hs) && hs[k].w == w {
 				k++
 			}
-			rec.Holders = append(rec.Holders, HolderRecord{Worker: f.keys[w], BlockHashes: bhs[start-s.start : k-s.start : k-s.start]})
+			rec.Holders = append(rec.Holders, HolderRecord{Worker: f.keys[w], BlockHashes: bhs[from:k:k]})
 		}
 		if !yield(&rec) {
 			return

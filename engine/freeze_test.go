@@ -71,21 +71,40 @@ func TestFreezeLoadRoundtrip(t *testing.T) {
 	})
 }
 
+func TestLoaderDropsUnsoundParent(t *testing.T) {
+	l := NewLoader()
+	recs := []PlaceRecord{
+		{ID: 1, Position: 0, TokensHash: 1, Seq: 1, Holders: []HolderRecord{{Worker: w0, BlockHashes: []uint64{1}}}},
+		{ID: 2, Parent: 1, Position: 1, TokensHash: 2, Seq: 12345, Holders: []HolderRecord{{Worker: w0, BlockHashes: []uint64{2}}}},
+	}
+	for i := range recs {
+		if err := l.Add(&recs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ix := l.Finish(Counters{})
+	if err := ix.Verify(); err != nil {
+		t.Fatal(err)
+	}
+	if ix.linear[0] == 0 {
+		t.Fatal("a worker holding a place whose parent link does not chain must be scored linearly")
+	}
+}
+
 func TestLoaderRejectsBadRecords(t *testing.T) {
-	good := PlaceRecord{ID: 64, Position: 0, TokensHash: 1, Seq: 1, Holders: []HolderRecord{{Worker: w0, BlockHashes: []uint64{1}}}}
+	good := PlaceRecord{ID: 1, Position: 0, TokensHash: 1, Seq: 1, Holders: []HolderRecord{{Worker: w0, BlockHashes: []uint64{1}}}}
 	tests := []struct {
 		name string
 		recs []PlaceRecord
 	}{
 		{"id 0", []PlaceRecord{{Position: 0, TokensHash: 1, Seq: 1, Holders: good.Holders}}},
-		{"no holder", []PlaceRecord{{ID: 64, TokensHash: 1, Seq: 1}}},
-		{"holder without block hash", []PlaceRecord{{ID: 64, TokensHash: 1, Seq: 1, Holders: []HolderRecord{{Worker: w0}}}}},
-		{"duplicate id", []PlaceRecord{good, {ID: 64, Position: 0, TokensHash: 2, Seq: 2, Holders: []HolderRecord{{Worker: w0, BlockHashes: []uint64{2}}}}}},
-		{"duplicate place", []PlaceRecord{good, {ID: 65, Position: 0, TokensHash: 1, Seq: 1, Holders: []HolderRecord{{Worker: w0, BlockHashes: []uint64{2}}}}}},
-		{"block held twice", []PlaceRecord{good, {ID: 65, Position: 0, TokensHash: 2, Seq: 2, Holders: []HolderRecord{{Worker: w0, BlockHashes: []uint64{1}}}}}},
-		{"out of order", []PlaceRecord{{ID: 65, Position: 3, TokensHash: 2, Seq: 2, Holders: good.Holders}, good}},
-		{"unknown parent", []PlaceRecord{{ID: 65, Parent: 99, Position: 1, TokensHash: 2, Seq: NextSeq(1, 2), Holders: good.Holders}}},
-		{"parent does not chain", []PlaceRecord{good, {ID: 65, Parent: 64, Position: 1, TokensHash: 2, Seq: 12345, Holders: []HolderRecord{{Worker: w0, BlockHashes: []uint64{2}}}}}},
+		{"no holder", []PlaceRecord{{ID: 1, TokensHash: 1, Seq: 1}}},
+		{"holder without block hash", []PlaceRecord{{ID: 1, TokensHash: 1, Seq: 1, Holders: []HolderRecord{{Worker: w0}}}}},
+		{"duplicate id", []PlaceRecord{good, {ID: 1, Position: 0, TokensHash: 2, Seq: 2, Holders: []HolderRecord{{Worker: w0, BlockHashes: []uint64{2}}}}}},
+		{"duplicate place", []PlaceRecord{good, {ID: 2, Position: 0, TokensHash: 1, Seq: 1, Holders: []HolderRecord{{Worker: w0, BlockHashes: []uint64{2}}}}}},
+		{"block held twice", []PlaceRecord{good, {ID: 2, Position: 0, TokensHash: 2, Seq: 2, Holders: []HolderRecord{{Worker: w0, BlockHashes: []uint64{1}}}}}},
+		{"out of order", []PlaceRecord{{ID: 1, Position: 3, TokensHash: 2, Seq: 2, Holders: good.Holders}, {ID: 2, Position: 0, TokensHash: 1, Seq: 1, Holders: []HolderRecord{{Worker: w1, BlockHashes: []uint64{1}}}}}},
+		{"parent not before", []PlaceRecord{{ID: 1, Parent: 5, Position: 1, TokensHash: 2, Seq: NextSeq(1, 2), Holders: good.Holders}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

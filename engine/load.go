@@ -9,24 +9,24 @@ import "fmt"
 // scored by bisection, whatever its history was).
 type Loader struct {
 	ix      *Index
-	refs    map[uint32]uint32 // record ID -> ref in the new index
+	refs    []uint32 // by record ID: ref in the new index
 	lastPos uint32
-	n       int
 }
 
 // NewLoader returns a loader of an empty index.
 func NewLoader() *Loader {
-	return &Loader{ix: New(), refs: map[uint32]uint32{}}
+	return &Loader{ix: New(), refs: []uint32{0}}
 }
 
-// Add adds one place record. Records must come in position order (parents
-// before children); a malformed record is an error that names it, and leaves
-// the loader unusable.
+// Add adds one place record. Records must come in position order with IDs
+// 1, 2, 3...; a parent link that does not chain is dropped (its holders are
+// then scored as possibly having holes). A malformed record is an error that
+// names it, and leaves the loader unusable.
 func (l *Loader) Add(rec *PlaceRecord) error {
 	ix := l.ix
 	switch {
-	case rec.ID == 0:
-		return fmt.Errorf("place record %d: id 0", l.n)
+	case int(rec.ID) != len(l.refs):
+		return fmt.Errorf("place record %d: id %d, want ids 1, 2, 3... in order", len(l.refs), rec.ID)
 	case len(rec.Holders) == 0:
 		return fmt.Errorf("place %d: no holder", rec.ID)
 	case rec.Position > MaxPosition:
@@ -34,19 +34,15 @@ func (l *Loader) Add(rec *PlaceRecord) error {
 	case rec.Position < l.lastPos:
 		return fmt.Errorf("place %d: position %d after position %d: records out of order", rec.ID, rec.Position, l.lastPos)
 	}
-	if _, dup := l.refs[rec.ID]; dup {
-		return fmt.Errorf("place %d: id appears twice", rec.ID)
-	}
 	var parent uint32
 	if rec.Parent != 0 {
-		ref, ok := l.refs[rec.Parent]
-		if !ok {
-			return fmt.Errorf("place %d: parent %d not loaded before it", rec.ID, rec.Parent)
+		if rec.Parent >= rec.ID {
+			return fmt.Errorf("place %d: parent %d does not come before it", rec.ID, rec.Parent)
 		}
-		if pp := ix.placeOf(ref); pp.pos+1 != rec.Position || NextSeq(pp.seq, rec.TokensHash) != rec.Seq {
-			return fmt.Errorf("place %d: does not chain from its parent %d", rec.ID, rec.Parent)
+		ref := l.refs[rec.Parent]
+		if pp := ix.placeOf(ref); pp.pos+1 == rec.Position && NextSeq(pp.seq, rec.TokensHash) == rec.Seq {
+			parent = ref
 		}
-		parent = ref
 	}
 	h := keyHash(rec.Position, rec.TokensHash)
 	si := uint32(h >> (64 - shardBits))
@@ -95,9 +91,8 @@ func (l *Loader) Add(rec *PlaceRecord) error {
 			ix.shards[refShard(parent)].addKids(refLocal(parent), id, 1)
 		}
 	}
-	l.refs[rec.ID] = ref
+	l.refs = append(l.refs, ref)
 	l.lastPos = rec.Position
-	l.n++
 	return nil
 }
 

@@ -1,0 +1,135 @@
+package wal
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kvidx/kvidx"
+	"github.com/kvidx/kvidx/engine"
+	"github.com/kvidx/kvidx/workload"
+)
+
+var benchWork struct {
+	once sync.Once
+	reqs [][]engine.Event
+	ops  []int
+	err  error
+}
+
+// benchRequests returns the events of each request of the Mooncake workload.
+func benchRequests(b *testing.B) ([][]engine.Event, []int) {
+	w := &benchWork
+	w.once.Do(func() {
+		tr, err := workload.ReadTrace(bytes.NewReader(kvidx.MooncakeTraceGz))
+		if err != nil {
+			w.err = err
+			return
+		}
+		w.err = workload.Generate(context.Background(), tr, workload.DefaultConfig(), func(_ workload.Request, evs []engine.Event) error {
+			if len(evs) > 0 {
+				w.reqs = append(w.reqs, workload.CloneEvents(evs))
+				w.ops = append(w.ops, workload.BlockOps(evs))
+			}
+			return nil
+		})
+	})
+	if w.err != nil {
+		b.Fatal(w.err)
+	}
+	return w.reqs, w.ops
+}
+
+// BenchmarkAppend: SyncAlways, P producers each submitting one request's
+// events at a time. offered=0 runs closed-loop (as fast as acks come back);
+// otherwise requests are released on a schedule of offered block ops/s and
+// latency is measured from the scheduled time.
+func BenchmarkAppend(b *testing.B) {
+	reqs, ops := benchRequests(b)
+	cases := []struct{ producers, offered int }{{1, 0}, {4, 0}, {16, 0}, {64, 0}, {64, 500_000}}
+	for _, c := range cases {
+		name := fmt.Sprintf("producers=%d", c.producers)
+		if c.offered > 0 {
+			name += fmt.Sprintf("/offered=%dk", c.offered/1000)
+		}
+		b.Run(name, func(b *testing.B) {
+			o := quietOpts()
+			o.MaxPending = 1 << 16
+			l, err := Open(b.TempDir(), o)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			var next atomic.Int64
+			lats := make([][]time.Duration, c.producers)
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			start := time.Now()
+			// due[i] is when request i is released in open-loop mode.
+			var due []time.Duration
+			if c.offered > 0 {
+				due = make([]time.Duration, b.N)
+				var cum int64
+				for i := range due {
+					due[i] = time.Duration(cum * int64(time.Second) / int64(c.offered))
+					cum += int64(ops[i%len(ops)])
+				}
+			}
+			for p := range c.producers {
+				wg.Go(func() {
+					ctx := context.Background()
+					for {
+						i := int(next.Add(1) - 1)
+						if i >= b.N {
+							return
+						}
+						t0 := time.Now()
+						if due != nil {
+							at := start.Add(due[i])
+							time.Sleep(time.Until(at))
+							t0 = at
+						}
+						if _, err := l.Append(ctx, reqs[i%len(reqs)], nil); err != nil {
+							b.Error(err)
+							return
+						}
+						lats[p] = append(lats[p], time.Since(t0))
+					}
+				})
+			}
+			wg.Wait()
+			elapsed := time.Since(start).Seconds()
+			b.StopTimer()
+			st := l.Stats()
+			var blockOps, stored int64
+			for i := range b.N {
+				blockOps += int64(ops[i%len(ops)])
+				for _, ev := range reqs[i%len(reqs)] {
+					stored += int64(len(ev.Blocks))
+				}
+			}
+			all := slices.Concat(lats...)
+			slices.Sort(all)
+			pct := func(q float64) float64 {
+				if len(all) == 0 {
+					return 0
+				}
+				return float64(all[int(q*float64(len(all)-1))]) / float64(time.Microsecond)
+			}
+			b.ReportMetric(float64(st.Events)/elapsed, "events/s")
+			b.ReportMetric(float64(blockOps)/elapsed, "block_ops/s")
+			b.ReportMetric(float64(st.Syncs)/elapsed, "fsyncs/s")
+			b.ReportMetric(pct(0.50), "p50_us")
+			b.ReportMetric(pct(0.99), "p99_us")
+			if stored > 0 {
+				b.ReportMetric(float64(st.Bytes)/float64(stored), "bytes/stored_block")
+			}
+			b.ReportMetric(float64(st.Appends)/float64(max(st.Entries, 1)), "batches/entry")
+		})
+	}
+}

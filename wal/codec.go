@@ -1,0 +1,292 @@
+package wal
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"math"
+
+	"github.com/golang/snappy"
+	"github.com/kvidx/kvidx/engine"
+)
+
+// Entry payload layout (see doc.go):
+//
+//	frame   = version(1 byte) crc32c(4 bytes LE, of the snappy data) snappy-block(batch)
+//	batch   = uvarint(#positions) position* uvarint(#events) event*
+//	position= uvarint(len(source)) source uvarint(seq)
+//	event   = uvarint(worker_id) uvarint(dp_rank) uvarint(event_id) kind(1) flags(1)
+//	          [parent(8 LE) if flags&1] [uvarint(start) if flags&2]
+//	          uvarint(#blocks) (block_hash(8 LE) tokens_hash(8 LE))*
+//	          uvarint(#removed) removed_hash(8 LE)*
+//
+// Hashes are random 64-bit values, so they are stored fixed-width: a uvarint
+// would take 9 or 10 bytes for most of them.
+
+// formatVersion is the first byte of every entry kvidx writes.
+const formatVersion = 1
+
+// frameHeader is the version byte plus the CRC.
+const frameHeader = 5
+
+// minFrame is the smallest valid frame: the header plus the 1-byte snappy
+// encoding of an empty batch. A zero-length payload (tidwall/wal reads zero
+// bytes appended to a segment as empty entries) is never valid.
+const minFrame = frameHeader + 1
+
+// maxDecodedLen bounds the decompressed size of one entry, so a corrupt
+// length never makes the decoder allocate without bound.
+const maxDecodedLen = 1 << 30
+
+const (
+	flagParent = 1 << iota
+	flagStart
+	flagsKnown = flagParent | flagStart
+)
+
+// minEventLen is the smallest encoded event: worker, rank, id, kind, flags,
+// #blocks, #removed, one byte each.
+const minEventLen = 7
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// errDecode is wrapped by every decoding failure.
+var errDecode = errors.New("malformed batch")
+
+// appendPositions appends the positions section of a batch.
+func appendPositions(dst []byte, ps []Position) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(ps)))
+	for _, p := range ps {
+		dst = binary.AppendUvarint(dst, uint64(len(p.Source)))
+		dst = append(dst, p.Source...)
+		dst = binary.AppendUvarint(dst, p.Seq)
+	}
+	return dst
+}
+
+// appendEvent appends the encoding of one event.
+func appendEvent(dst []byte, ev *engine.Event) []byte {
+	dst = binary.AppendUvarint(dst, ev.Worker.WorkerID)
+	dst = binary.AppendUvarint(dst, uint64(ev.Worker.DPRank))
+	dst = binary.AppendUvarint(dst, ev.EventID)
+	var flags byte
+	if ev.HasParent {
+		flags |= flagParent
+	}
+	if ev.HasStartPosition {
+		flags |= flagStart
+	}
+	dst = append(dst, byte(ev.Kind), flags)
+	if ev.HasParent {
+		dst = binary.LittleEndian.AppendUint64(dst, ev.ParentHash)
+	}
+	if ev.HasStartPosition {
+		dst = binary.AppendUvarint(dst, ev.StartPosition)
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(ev.Blocks)))
+	for _, b := range ev.Blocks {
+		dst = binary.LittleEndian.AppendUint64(dst, b.BlockHash)
+		dst = binary.LittleEndian.AppendUint64(dst, b.TokensHash)
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(ev.BlockHashes)))
+	for _, h := range ev.BlockHashes {
+		dst = binary.LittleEndian.AppendUint64(dst, h)
+	}
+	return dst
+}
+
+// encodeBatch returns the uncompressed encoding of one batch, appended to dst.
+func encodeBatch(dst []byte, events []engine.Event, positions []Position) []byte {
+	dst = appendPositions(dst, positions)
+	dst = binary.AppendUvarint(dst, uint64(len(events)))
+	for i := range events {
+		dst = appendEvent(dst, &events[i])
+	}
+	return dst
+}
+
+// frame compresses raw into dst (reusing its capacity) and returns the
+// complete entry payload: version, CRC-32C of the compressed data, data.
+func frame(dst, raw []byte) []byte {
+	n := frameHeader + snappy.MaxEncodedLen(len(raw))
+	if cap(dst) < n {
+		dst = make([]byte, n)
+	}
+	dst = dst[:n]
+	z := snappy.Encode(dst[frameHeader:], raw)
+	dst = dst[:frameHeader+len(z)]
+	dst[0] = formatVersion
+	binary.LittleEndian.PutUint32(dst[1:frameHeader], crc32.Checksum(dst[frameHeader:], castagnoli))
+	return dst
+}
+
+// checkFrame reports whether p is a complete kvidx entry: known version and
+// matching CRC. It never looks inside the compressed data.
+func checkFrame(p []byte) error {
+	if len(p) < minFrame {
+		return fmt.Errorf("entry of %d bytes is shorter than %d: %w", len(p), minFrame, ErrCorrupt)
+	}
+	if p[0] != formatVersion {
+		return fmt.Errorf("unknown format version %d: %w", p[0], ErrCorrupt)
+	}
+	want := binary.LittleEndian.Uint32(p[1:frameHeader])
+	if got := crc32.Checksum(p[frameHeader:], castagnoli); got != want {
+		return fmt.Errorf("crc32c mismatch (stored %08x, computed %08x): %w", want, got, ErrCorrupt)
+	}
+	return nil
+}
+
+// decodeEntry checks, decompresses and decodes one entry payload.
+func decodeEntry(p []byte) ([]engine.Event, []Position, error) {
+	if err := checkFrame(p); err != nil {
+		return nil, nil, err
+	}
+	z := p[frameHeader:]
+	n, err := snappy.DecodedLen(z)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: snappy: %v", errDecode, err)
+	}
+	if n > maxDecodedLen {
+		return nil, nil, fmt.Errorf("%w: decoded length %d too large", errDecode, n)
+	}
+	raw, err := snappy.Decode(nil, z)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: snappy: %v", errDecode, err)
+	}
+	return decodeBatch(raw)
+}
+
+// decoder reads a batch; the first error sticks.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) fail(what string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: %s at %d bytes from the end", errDecode, what, len(d.b))
+	}
+	d.b = nil
+}
+
+func (d *decoder) uvarint(what string) uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail(what)
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) u64(what string) uint64 {
+	if d.err != nil {
+		return 0
+	}
+	if len(d.b) < 8 {
+		d.fail(what)
+		return 0
+	}
+	v := binary.LittleEndian.Uint64(d.b)
+	d.b = d.b[8:]
+	return v
+}
+
+func (d *decoder) byte1(what string) byte {
+	if d.err != nil {
+		return 0
+	}
+	if len(d.b) < 1 {
+		d.fail(what)
+		return 0
+	}
+	v := d.b[0]
+	d.b = d.b[1:]
+	return v
+}
+
+// count reads a count of items of at least size bytes each, bounded by what remains.
+func (d *decoder) count(what string, size int) int {
+	n := d.uvarint(what)
+	if d.err != nil {
+		return 0
+	}
+	if n > uint64(len(d.b)/size) {
+		d.fail(what + " exceeds the remaining bytes")
+		return 0
+	}
+	return int(n)
+}
+
+// decodeBatch decodes the uncompressed encoding of one batch. It never
+// panics and never allocates more than a small multiple of len(raw).
+func decodeBatch(raw []byte) ([]engine.Event, []Position, error) {
+	d := &decoder{b: raw}
+	var positions []Position
+	if np := d.count("position count", 2); np > 0 {
+		positions = make([]Position, np)
+		for i := range positions {
+			l := d.count("source length", 1)
+			if d.err != nil {
+				break
+			}
+			positions[i].Source = string(d.b[:l])
+			d.b = d.b[l:]
+			positions[i].Seq = d.uvarint("position seq")
+		}
+	}
+	var events []engine.Event
+	if ne := d.count("event count", minEventLen); ne > 0 {
+		events = make([]engine.Event, ne)
+		for i := range events {
+			if d.err != nil {
+				break
+			}
+			ev := &events[i]
+			ev.Worker.WorkerID = d.uvarint("worker id")
+			rank := d.uvarint("dp rank")
+			if rank > math.MaxUint32 {
+				d.fail("dp rank out of range")
+			}
+			ev.Worker.DPRank = uint32(rank)
+			ev.EventID = d.uvarint("event id")
+			ev.Kind = engine.EventKind(d.byte1("kind"))
+			flags := d.byte1("flags")
+			if flags&^flagsKnown != 0 {
+				d.fail("unknown flags")
+			}
+			if flags&flagParent != 0 {
+				ev.HasParent = true
+				ev.ParentHash = d.u64("parent hash")
+			}
+			if flags&flagStart != 0 {
+				ev.HasStartPosition = true
+				ev.StartPosition = d.uvarint("start position")
+			}
+			if nb := d.count("block count", 16); nb > 0 {
+				ev.Blocks = make([]engine.Block, nb)
+				for j := range ev.Blocks {
+					ev.Blocks[j].BlockHash = d.u64("block hash")
+					ev.Blocks[j].TokensHash = d.u64("tokens hash")
+				}
+			}
+			if nr := d.count("removed count", 8); nr > 0 {
+				ev.BlockHashes = make([]uint64, nr)
+				for j := range ev.BlockHashes {
+					ev.BlockHashes[j] = d.u64("removed hash")
+				}
+			}
+		}
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.fail("trailing bytes")
+	}
+	if d.err != nil {
+		return nil, nil, d.err
+	}
+	return events, positions, nil
+}

@@ -1,0 +1,61 @@
+// Package wal is kvidx's durable event log: batches of [engine.Event] in
+// github.com/tidwall/wal segment files, one directory per log, one writer per
+// directory (an flock on [LockFileName], see [LockDir]).
+//
+// # Entries
+//
+// One tidwall/wal entry holds one batch: the events of one or more Append
+// calls, in commit order, plus generic source positions ([Position], e.g.
+// source name -> last sequence number, merged last-wins) so event sources can
+// resume exactly once. The payload is a compact binary encoding (uvarints,
+// fixed 8-byte hashes) of every event field, compressed as a whole with snappy
+// (block format) and framed as: 1 format-version byte, the CRC-32C
+// (Castagnoli) of the compressed bytes, the compressed bytes. A payload
+// shorter than the frame (zero bytes appended to a segment read as empty
+// entries in tidwall/wal) is invalid.
+//
+// # Group commit
+//
+// [Log.Append] is called concurrently by many producers. One committer
+// goroutine takes everything pending (bounded by [Options.MaxPending]; beyond
+// it Append fails with [ErrOverloaded]) and writes it as ONE entry, never
+// splitting a producer's batch, syncs per policy (under SyncAlways a syncer
+// goroutine fsyncs while the committer writes the next entries, one fsync
+// covering every entry written before it started), calls [Options.OnCommit]
+// with the entry's events (in index order: the commit order is the apply
+// order), then answers each producer with the entry's index. A write or fsync
+// failure fails every batch of the entry and fences the log: every later
+// Append fails with [ErrFenced] until the log is reopened.
+//
+// # Sync policies and loss windows
+//
+//   - [SyncAlways] (default): producers are answered after fsync. Nothing
+//     acknowledged is lost, even on power loss.
+//   - [SyncInterval]: producers are answered after write(2); fsync runs at
+//     most every [Options.SyncInterval] (5ms). A process crash loses nothing
+//     acknowledged; an OS crash or power loss loses up to the last interval
+//     plus one fsync of acknowledged entries.
+//   - [SyncNone]: no fsync of entries; an OS crash or power loss may lose
+//     any acknowledged entry not yet written back by the kernel.
+//
+// The directory is fsynced after open, tail repair, TruncateFront and each
+// segment rollover (tidwall/wal never does it).
+//
+// # Recovery
+//
+// [Open] repairs a torn tail before tidwall/wal sees it (tidwall's Open fails
+// on a partial last entry): it walks the last segment (the one tidwall will
+// use as its tail, honouring its .START/.END temporary names) validating
+// each entry's frame. If it ends in an incomplete or invalid entry, and no
+// complete valid entry starts anywhere in the bytes that would be dropped,
+// the segment is truncated after the last good entry, fsynced with its
+// directory, and the dropped byte count is logged and kept in
+// [Stats].TornBytesDropped. If a valid entry follows the damage, the damage
+// is in the middle: Open refuses with an error naming the segment file and
+// byte offset. Damage found while reading ([Log.Entries]) is reported the
+// same way ([ErrCorrupt]), never skipped. [RepairTruncateAfter] is the
+// operator's explicit cut; it keeps a copy of what it removes.
+//
+// Reads are serialised (tidwall/wal v1.2.1 can panic on concurrent reads of
+// non-tail segments).
+package wal

@@ -1,0 +1,831 @@
+package wal
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"iter"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvidx/kvidx/engine"
+	twal "github.com/tidwall/wal"
+)
+
+// Errors. Every error the package returns names the log directory and wraps
+// one of these (or an I/O error) so callers can test it with errors.Is.
+var (
+	// ErrOverloaded: the pending queue is full; the batch was not taken. Retry later.
+	ErrOverloaded = errors.New("wal overloaded")
+	// ErrFenced: an earlier write or fsync failed; the log acknowledges nothing
+	// more until it is closed and reopened. The error wraps the cause as well.
+	ErrFenced = errors.New("wal fenced")
+	// ErrClosed: the log is closed.
+	ErrClosed = errors.New("wal closed")
+	// ErrCorrupt: an entry fails its checks somewhere other than a torn tail.
+	ErrCorrupt = errors.New("wal corrupt")
+	// ErrLocked: another writer holds the directory's lock.
+	ErrLocked = errors.New("wal locked")
+	// ErrTruncated: a read starts before the first index still in the log.
+	ErrTruncated = errors.New("wal truncated")
+)
+
+// Position is a generic source position carried by an entry: the source's
+// name and, typically, the last sequence number of it the entry includes.
+type Position struct {
+	Source string
+	Seq    uint64
+}
+
+// Entry is one decoded WAL entry: the events of every batch committed in it,
+// in commit (= apply) order, and the merged positions of those batches (for
+// a source named by several, the last batch's value).
+type Entry struct {
+	Index     uint64
+	Events    []engine.Event
+	Positions []Position
+}
+
+// SyncPolicy says when an appended entry is fsynced.
+type SyncPolicy int
+
+const (
+	// SyncAlways fsyncs every entry before answering its producers. Nothing
+	// acknowledged is lost by a crash, power loss included. The default.
+	SyncAlways SyncPolicy = iota
+	// SyncInterval answers producers once the entry is written (in the page
+	// cache) and fsyncs at most every Options.SyncInterval. A process crash
+	// loses nothing acknowledged; an OS crash or power loss loses up to the
+	// last SyncInterval plus one fsync's worth of acknowledged entries.
+	SyncInterval
+	// SyncNone never fsyncs entries (only segment rollover, which tidwall/wal
+	// syncs itself). An OS crash or power loss can lose any amount.
+	SyncNone
+)
+
+func (p SyncPolicy) String() string {
+	switch p {
+	case SyncAlways:
+		return "always"
+	case SyncInterval:
+		return "interval"
+	case SyncNone:
+		return "none"
+	}
+	return fmt.Sprintf("SyncPolicy(%d)", int(p))
+}
+
+// ParseSyncPolicy parses "always", "interval" or "none".
+func ParseSyncPolicy(s string) (SyncPolicy, error) {
+	for _, p := range []SyncPolicy{SyncAlways, SyncInterval, SyncNone} {
+		if p.String() == s {
+			return p, nil
+		}
+	}
+	return 0, fmt.Errorf("wal: unknown sync policy %q (want always, interval or none)", s)
+}
+
+// Store is the layer Log writes through: tidwall/wal's Write, and an fsync of
+// the tail segment (called with no concurrent Sync).
+// [Options.WrapStore] lets tests inject failures and hooks around it.
+type Store interface {
+	Write(index uint64, data []byte) error
+	Sync() error
+}
+
+// twStore is the default Store: writes go to tidwall/wal; Sync fsyncs the
+// tail segment through Log's own descriptor, because tidwall/wal's Sync
+// holds its lock for the whole fsync and would stall the next Write.
+type twStore struct {
+	tw *twal.Log
+	l  *Log
+}
+
+func (s twStore) Write(index uint64, data []byte) error { return s.tw.Write(index, data) }
+
+// Sync is called with l.fdMu held.
+func (s twStore) Sync() error { return s.l.tailFile.Sync() }
+
+// Options configure [Open]. The zero value is valid.
+type Options struct {
+	// Sync is the sync policy; default SyncAlways.
+	Sync SyncPolicy
+	// SyncInterval is the longest time between fsyncs under SyncInterval;
+	// default 5ms.
+	SyncInterval time.Duration
+	// MaxPending bounds the Append calls queued for the committer; beyond
+	// it Append fails fast with ErrOverloaded. Default 4096.
+	MaxPending int
+	// MaxEntryBytes is a soft bound on the uncompressed size of one entry:
+	// the committer stops coalescing batches once it is reached (a single
+	// batch is never split). Default 4 MiB.
+	MaxEntryBytes int
+	// SegmentSize is tidwall/wal's target segment size; default 20 MiB.
+	SegmentSize int
+	// OnCommit, if set, is called by the committer goroutine once per entry,
+	// in index order, after the entry is written (and synced under
+	// SyncAlways) and before its producers are answered: applying the
+	// events here makes the commit order the apply order. events belongs to
+	// the producers: do not keep it after returning. OnCommit must not call
+	// Append or Close.
+	OnCommit func(index uint64, events []engine.Event)
+	// Logger receives repair and failure reports; default slog.Default().
+	Logger *slog.Logger
+	// DirLock, if set, is the directory's lock, already held (see
+	// [LockDir]); Open uses it instead of locking, and Close leaves it held.
+	DirLock *DirLock
+	// WrapStore, if set, wraps the store Log writes through (tests).
+	WrapStore func(Store) Store
+}
+
+// Stats are counters of one open Log.
+type Stats struct {
+	// TornBytesDropped is how many bytes Open cut off a torn tail.
+	TornBytesDropped int64
+	// Entries, Appends, Events and Bytes count entries written, batches
+	// acknowledged, events in them and entry payload bytes written since Open.
+	Entries, Appends, Events, Bytes uint64
+	// Syncs counts fsyncs of entries.
+	Syncs uint64
+	// Fenced tells whether a write or fsync failed.
+	Fenced bool
+}
+
+// Log is kvidx's durable event log over tidwall/wal. Append is safe for
+// concurrent use; so are the other methods.
+type Log struct {
+	dir     string
+	opts    Options
+	logger  *slog.Logger
+	tw      *twal.Log
+	store   Store
+	lock    *DirLock
+	ownLock bool
+	torn    int64
+
+	readMu sync.Mutex // serialises tidwall reads (concurrent Read of non-tail segments can panic)
+	wmu    sync.Mutex // held by the committer around writes, and by TruncateFront
+
+	// fdMu guards tailFile and lastWritten, so a sync knows what it covers:
+	// every entry up to lastWritten is in tailFile or in an earlier segment
+	// tidwall/wal synced when it rolled over.
+	fdMu        sync.Mutex
+	tailFile    *os.File
+	lastWritten uint64
+	toSync      chan *commitItem // SyncAlways: written entries for the syncer
+	syncerDone  chan struct{}
+
+	queue   chan *request
+	quit    chan struct{}
+	stopped chan struct{}
+
+	closeMu  sync.Mutex
+	closed   bool
+	closeErr error
+
+	fence atomic.Pointer[error]
+
+	entries, appends, events, bytes, syncs atomic.Uint64
+
+	// Committer-only state.
+	next     uint64 // index of the next entry
+	tailSize int    // mirror of tidwall's tail segment size, to see rollovers
+	raw, buf []byte
+	dirty    bool
+	lastSync time.Time
+}
+
+// request states.
+const (
+	reqPending int32 = iota
+	reqTaken
+	reqCancelled
+)
+
+type request struct {
+	events    []engine.Event
+	positions []Position
+	state     atomic.Int32
+	done      chan result
+}
+
+// commitItem is one written entry awaiting its sync (SyncAlways).
+type commitItem struct {
+	index uint64
+	reqs  []*request
+	nev   int
+}
+
+type result struct {
+	index uint64
+	err   error
+}
+
+// Open opens (creating if needed) the log in dir: it takes the directory
+// lock, cuts a torn tail off the last segment (see doc.go), opens
+// tidwall/wal and starts the committer.
+func Open(dir string, opts *Options) (*Log, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.SyncInterval <= 0 {
+		o.SyncInterval = 5 * time.Millisecond
+	}
+	if o.MaxPending <= 0 {
+		o.MaxPending = 4096
+	}
+	if o.MaxEntryBytes <= 0 {
+		o.MaxEntryBytes = 4 << 20
+	}
+	if o.SegmentSize <= 0 {
+		o.SegmentSize = 20 << 20
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Sync < SyncAlways || o.Sync > SyncNone {
+		return nil, fmt.Errorf("wal %s: invalid sync policy %d", dir, int(o.Sync))
+	}
+	l := &Log{dir: dir, opts: o, logger: o.Logger, lock: o.DirLock}
+	if l.lock == nil {
+		lock, err := LockDir(dir)
+		if err != nil {
+			return nil, err
+		}
+		l.lock, l.ownLock = lock, true
+	}
+	if err := l.open(); err != nil {
+		if l.ownLock {
+			l.lock.Unlock()
+		}
+		return nil, err
+	}
+	l.queue = make(chan *request, o.MaxPending)
+	l.quit = make(chan struct{})
+	l.stopped = make(chan struct{})
+	l.syncerDone = make(chan struct{})
+	if o.Sync == SyncAlways {
+		l.toSync = make(chan *commitItem, 16)
+		go l.syncLoop()
+	} else {
+		close(l.syncerDone)
+	}
+	go l.commitLoop()
+	return l, nil
+}
+
+func (l *Log) open() error {
+	torn, err := repairTail(l.dir, l.logger)
+	if err != nil {
+		return err
+	}
+	l.torn = torn
+	tw, err := twal.Open(l.dir, &twal.Options{
+		NoSync:           true, // Log syncs per its policy
+		SegmentSize:      l.opts.SegmentSize,
+		SegmentCacheSize: 2,
+		AllowEmpty:       true,
+		DirPerms:         0o750,
+		FilePerms:        0o640,
+	})
+	if err != nil {
+		return fmt.Errorf("wal %s: open: %w", l.dir, err)
+	}
+	l.tw = tw
+	if err := syncDir(l.dir); err != nil {
+		tw.Close()
+		return err
+	}
+	last, err := tw.LastIndex()
+	if err != nil {
+		tw.Close()
+		return fmt.Errorf("wal %s: %w", l.dir, err)
+	}
+	l.next = last + 1
+	l.lastWritten = last
+	l.store = twStore{tw: tw, l: l}
+	if l.opts.WrapStore != nil {
+		l.store = l.opts.WrapStore(l.store)
+	}
+	if err := l.reopenTail(); err != nil {
+		tw.Close()
+		return err
+	}
+	return nil
+}
+
+// reopenTail (re)opens Log's descriptor on the last segment file and
+// resets the rollover mirror. Called with fdMu held or before the
+// goroutines start.
+func (l *Log) reopenTail() error {
+	segs, err := listSegments(l.dir)
+	if err != nil {
+		return fmt.Errorf("wal %s: %w", l.dir, err)
+	}
+	if len(segs) == 0 {
+		return fmt.Errorf("wal %s: no segment after open", l.dir)
+	}
+	name := segs[len(segs)-1].name
+	f, err := os.OpenFile(filepath.Join(l.dir, name), os.O_RDWR, 0)
+	if err != nil {
+		return fmt.Errorf("wal %s: segment %s: %w", l.dir, name, err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("wal %s: segment %s: %w", l.dir, name, err)
+	}
+	if l.tailFile != nil {
+		l.tailFile.Close()
+	}
+	l.tailFile, l.tailSize = f, int(fi.Size())
+	return nil
+}
+
+// Dir returns the log's directory.
+func (l *Log) Dir() string { return l.dir }
+
+// Append submits one batch (events and the positions it reaches) and waits
+// until it is committed: written in one entry, never split, possibly with
+// other producers' batches, and synced under SyncAlways. It returns the
+// entry's index. The caller must not modify events until Append returns.
+//
+// If the queue is full Append fails at once with ErrOverloaded. If ctx ends
+// before the committer has taken the batch, Append returns ctx's error and
+// the batch is never written; once taken, Append waits for the outcome
+// (one write and fsync). After a write or fsync failure every Append fails
+// with an error wrapping ErrFenced and the cause; the failed batch itself
+// may or may not be on disk after a crash.
+func (l *Log) Append(ctx context.Context, events []engine.Event, positions []Position) (uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if err := l.fenced(); err != nil {
+		return 0, err
+	}
+	r := &request{events: events, positions: positions, done: make(chan result, 1)}
+	l.closeMu.Lock()
+	if l.closed {
+		l.closeMu.Unlock()
+		return 0, fmt.Errorf("wal %s: %w", l.dir, ErrClosed)
+	}
+	select {
+	case l.queue <- r:
+	default:
+		l.closeMu.Unlock()
+		return 0, fmt.Errorf("wal %s: %d batches pending: %w", l.dir, l.opts.MaxPending, ErrOverloaded)
+	}
+	l.closeMu.Unlock()
+	select {
+	case res := <-r.done:
+		return res.index, res.err
+	case <-ctx.Done():
+		if r.state.CompareAndSwap(reqPending, reqCancelled) {
+			return 0, ctx.Err()
+		}
+		res := <-r.done
+		return res.index, res.err
+	}
+}
+
+func (l *Log) fenced() error {
+	if p := l.fence.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// setFence marks the log failed with cause and returns the error producers get.
+func (l *Log) setFence(cause error) error {
+	err := fmt.Errorf("wal %s: %w: %w", l.dir, ErrFenced, cause)
+	if l.fence.CompareAndSwap(nil, &err) {
+		l.logger.Error("wal: write failed, log fenced until reopen", "dir", l.dir, "err", cause)
+	}
+	return *l.fence.Load()
+}
+
+// commitLoop is the committer goroutine.
+func (l *Log) commitLoop() {
+	defer func() {
+		if l.toSync != nil {
+			close(l.toSync)
+		}
+		<-l.syncerDone
+		close(l.stopped)
+	}()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	var batch []*request
+	for {
+		var timerC <-chan time.Time
+		if l.dirty && l.opts.Sync == SyncInterval {
+			timer.Reset(max(0, l.opts.SyncInterval-time.Since(l.lastSync)))
+			timerC = timer.C
+		}
+		select {
+		case r := <-l.queue:
+			batch = l.gather(append(batch[:0], r))
+			l.commit(batch)
+			clear(batch)
+		case <-timerC:
+			l.wmu.Lock()
+			l.syncNow()
+			l.wmu.Unlock()
+		case <-l.quit:
+			for {
+				batch = l.gather(batch[:0])
+				if len(batch) == 0 {
+					break
+				}
+				l.commit(batch)
+				clear(batch)
+			}
+			if l.opts.Sync == SyncInterval && l.dirty && l.fenced() == nil {
+				l.wmu.Lock()
+				l.syncNow()
+				l.wmu.Unlock()
+			}
+			return
+		}
+		timer.Stop()
+	}
+}
+
+// gather adds queued requests to batch without waiting, up to MaxEntryBytes.
+func (l *Log) gather(batch []*request) []*request {
+	size := 0
+	for _, r := range batch {
+		size += estimate(r)
+	}
+	for size < l.opts.MaxEntryBytes {
+		select {
+		case r := <-l.queue:
+			batch = append(batch, r)
+			size += estimate(r)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+func estimate(r *request) int {
+	n := 0
+	for i := range r.events {
+		n += 24 + 16*len(r.events[i].Blocks) + 8*len(r.events[i].BlockHashes)
+	}
+	return n
+}
+
+// commit writes one entry holding the batches not cancelled, syncs it per
+// policy, calls OnCommit and answers the producers.
+func (l *Log) commit(batch []*request) {
+	taken := batch[:0]
+	for _, r := range batch {
+		if r.state.CompareAndSwap(reqPending, reqTaken) {
+			taken = append(taken, r)
+		}
+	}
+	if len(taken) == 0 {
+		return
+	}
+	if err := l.fenced(); err != nil {
+		answer(taken, 0, err)
+		return
+	}
+	// Encode: merged positions, total event count, then every event.
+	var positions []Position
+	nev := 0
+	for _, r := range taken {
+		nev += len(r.events)
+		for _, p := range r.positions {
+			positions = mergePosition(positions, p)
+		}
+	}
+	raw := appendPositions(l.raw[:0], positions)
+	raw = binary.AppendUvarint(raw, uint64(nev))
+	for _, r := range taken {
+		for i := range r.events {
+			raw = appendEvent(raw, &r.events[i])
+		}
+	}
+	l.raw = raw
+	l.buf = frame(l.buf, raw)
+	data := l.buf
+
+	l.wmu.Lock()
+	index := l.next
+	err := l.store.Write(index, data)
+	if err == nil {
+		l.next++
+		l.dirty = true
+		err = l.written(index, len(data))
+	}
+	l.wmu.Unlock()
+	if err != nil {
+		answer(taken, 0, l.setFence(fmt.Errorf("entry %d: %w", index, err)))
+		return
+	}
+	l.bytes.Add(uint64(len(data)))
+	item := &commitItem{index: index, reqs: append([]*request(nil), taken...), nev: nev}
+	if l.toSync != nil {
+		l.toSync <- item // the syncer answers once the entry is synced
+		return
+	}
+	l.finish(item)
+	if l.opts.Sync == SyncInterval && time.Since(l.lastSync) >= l.opts.SyncInterval {
+		l.syncNow()
+	}
+}
+
+// written records that entry index (n payload bytes) is written: on a
+// segment rollover it fsyncs the directory and moves Log's descriptor to
+// the new tail segment, then publishes index as lastWritten.
+func (l *Log) written(index uint64, n int) error {
+	before, after := l.rolled(n)
+	l.fdMu.Lock()
+	defer l.fdMu.Unlock()
+	if before || after {
+		if err := syncDir(l.dir); err != nil {
+			return err
+		}
+		if err := l.reopenTail(); err != nil {
+			return err
+		}
+		if after {
+			l.tailSize = 0
+		} else {
+			var tmp [binary.MaxVarintLen64]byte
+			l.tailSize = binary.PutUvarint(tmp[:], uint64(n)) + n
+		}
+	}
+	l.lastWritten = index
+	return nil
+}
+
+// finish calls OnCommit for a committed entry and answers its producers.
+func (l *Log) finish(it *commitItem) {
+	l.entries.Add(1)
+	l.events.Add(uint64(it.nev))
+	l.appends.Add(uint64(len(it.reqs)))
+	if l.opts.OnCommit != nil {
+		events := it.reqs[0].events
+		if len(it.reqs) > 1 {
+			events = make([]engine.Event, 0, it.nev)
+			for _, r := range it.reqs {
+				events = append(events, r.events...)
+			}
+		}
+		l.opts.OnCommit(it.index, events)
+	}
+	answer(it.reqs, it.index, nil)
+}
+
+// syncLoop is the syncer goroutine (SyncAlways): it fsyncs once for every
+// entry written since its last fsync, so the committer keeps writing while
+// an fsync runs, then finishes those entries in index order.
+func (l *Log) syncLoop() {
+	defer close(l.syncerDone)
+	var items []*commitItem
+	for it := range l.toSync {
+		items = append(items[:0], it)
+	drain:
+		for {
+			select {
+			case it, ok := <-l.toSync:
+				if !ok {
+					break drain
+				}
+				items = append(items, it)
+			default:
+				break drain
+			}
+		}
+		err := l.fenced()
+		if err == nil {
+			// Every item was sent after its index became lastWritten,
+			// so this fsync covers them all.
+			l.fdMu.Lock()
+			serr := l.store.Sync()
+			l.fdMu.Unlock()
+			if serr != nil {
+				err = l.setFence(fmt.Errorf("sync: %w", serr))
+			} else {
+				l.syncs.Add(1)
+			}
+		}
+		for _, it := range items {
+			if err != nil {
+				answer(it.reqs, 0, err)
+			} else {
+				l.finish(it)
+			}
+		}
+		clear(items)
+	}
+}
+
+// syncNow syncs for SyncInterval (and Close); a failure fences the log.
+func (l *Log) syncNow() {
+	if !l.dirty || l.fenced() != nil {
+		return
+	}
+	if err := l.syncLocked(); err != nil {
+		l.setFence(fmt.Errorf("sync: %w", err))
+	}
+}
+
+// syncLocked syncs under SyncInterval or at Close (committer only).
+func (l *Log) syncLocked() error {
+	l.fdMu.Lock()
+	err := l.store.Sync()
+	l.fdMu.Unlock()
+	if err != nil {
+		return err
+	}
+	l.syncs.Add(1)
+	l.dirty = false
+	l.lastSync = time.Now()
+	return nil
+}
+
+// rolled mirrors tidwall/wal's segment rollover rule for one entry of n
+// payload bytes: before tells whether a new segment was created before the
+// entry was written (the entry is in it), after whether one was created
+// after it (the entry is in the old, synced segment).
+func (l *Log) rolled(n int) (before, after bool) {
+	size := l.tailSize
+	if size > l.opts.SegmentSize {
+		before, size = true, 0
+	}
+	var tmp [binary.MaxVarintLen64]byte
+	size += binary.PutUvarint(tmp[:], uint64(n)) + n
+	if size >= l.opts.SegmentSize {
+		after, size = true, 0
+	}
+	l.tailSize = size
+	return before, after
+}
+
+func answer(rs []*request, index uint64, err error) {
+	for _, r := range rs {
+		r.done <- result{index, err}
+	}
+}
+
+func mergePosition(ps []Position, p Position) []Position {
+	for i := range ps {
+		if ps[i].Source == p.Source {
+			ps[i].Seq = p.Seq
+			return ps
+		}
+	}
+	return append(ps, p)
+}
+
+// FirstIndex returns the index of the first entry; FirstIndex() >
+// LastIndex() when the log is empty (a new log has 1 and 0).
+func (l *Log) FirstIndex() (uint64, error) {
+	i, err := l.tw.FirstIndex()
+	if err != nil {
+		return 0, fmt.Errorf("wal %s: %w", l.dir, err)
+	}
+	return i, nil
+}
+
+// LastIndex returns the index of the last entry written.
+func (l *Log) LastIndex() (uint64, error) {
+	i, err := l.tw.LastIndex()
+	if err != nil {
+		return 0, fmt.Errorf("wal %s: %w", l.dir, err)
+	}
+	return i, nil
+}
+
+// TruncateFront removes every entry before index, which becomes the first
+// (index = LastIndex()+1 empties the log), then fsyncs the directory.
+func (l *Log) TruncateFront(index uint64) error {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	l.readMu.Lock()
+	err := l.tw.TruncateFront(index)
+	l.readMu.Unlock()
+	if err != nil {
+		return fmt.Errorf("wal %s: truncate front to %d: %w", l.dir, index, err)
+	}
+	if err := syncDir(l.dir); err != nil {
+		return err
+	}
+	// tidwall/wal may have replaced the tail segment file.
+	l.fdMu.Lock()
+	defer l.fdMu.Unlock()
+	return l.reopenTail()
+}
+
+// Entries iterates over the entries from index from (0 = the first) to the
+// last one, the log's end being re-read when reached. A read or decoding
+// failure is yielded once as an error naming the segment and byte offset,
+// and ends the iteration. from before FirstIndex yields ErrTruncated.
+// Reads are serialised with other readers; the iterator may run while
+// producers append.
+func (l *Log) Entries(from uint64) iter.Seq2[Entry, error] {
+	return func(yield func(Entry, error) bool) {
+		first, err := l.FirstIndex()
+		if err != nil {
+			yield(Entry{}, err)
+			return
+		}
+		if from == 0 {
+			from = first
+		}
+		if from < first {
+			yield(Entry{}, fmt.Errorf("wal %s: read from %d, first index is %d: %w", l.dir, from, first, ErrTruncated))
+			return
+		}
+		last, err := l.LastIndex()
+		if err != nil {
+			yield(Entry{}, err)
+			return
+		}
+		for i := from; ; i++ {
+			if i > last {
+				if last, err = l.LastIndex(); err != nil {
+					yield(Entry{}, err)
+					return
+				}
+				if i > last {
+					return
+				}
+			}
+			e, err := l.ReadEntry(i)
+			if !yield(e, err) || err != nil {
+				return
+			}
+		}
+	}
+}
+
+// ReadEntry reads and decodes the entry at index.
+func (l *Log) ReadEntry(index uint64) (Entry, error) {
+	l.readMu.Lock()
+	data, err := l.tw.Read(index)
+	l.readMu.Unlock()
+	if err != nil {
+		return Entry{}, fmt.Errorf("wal %s: read entry %d: %w", l.dir, index, err)
+	}
+	events, positions, err := decodeEntry(data)
+	if err != nil {
+		seg, off := locate(l.dir, index)
+		if !errors.Is(err, ErrCorrupt) {
+			err = fmt.Errorf("%w: %w", ErrCorrupt, err)
+		}
+		return Entry{}, fmt.Errorf("wal %s: segment %s offset %d: entry %d: %w", l.dir, seg, off, index, err)
+	}
+	return Entry{Index: index, Events: events, Positions: positions}, nil
+}
+
+// Stats returns the log's counters.
+func (l *Log) Stats() Stats {
+	return Stats{
+		TornBytesDropped: l.torn,
+		Entries:          l.entries.Load(),
+		Appends:          l.appends.Load(),
+		Events:           l.events.Load(),
+		Bytes:            l.bytes.Load(),
+		Syncs:            l.syncs.Load(),
+		Fenced:           l.fence.Load() != nil,
+	}
+}
+
+// Close commits what is pending, syncs (unless SyncNone or fenced), closes
+// tidwall/wal and releases the directory lock it took. Later Appends fail
+// with ErrClosed. Close is idempotent.
+func (l *Log) Close() error {
+	l.closeMu.Lock()
+	if l.closed {
+		l.closeMu.Unlock()
+		return l.closeErr
+	}
+	l.closed = true
+	l.closeMu.Unlock()
+	close(l.quit)
+	<-l.stopped
+	var errs []error
+	l.tailFile.Close()
+	if err := l.tw.Close(); err != nil && l.fenced() == nil {
+		errs = append(errs, fmt.Errorf("wal %s: close: %w", l.dir, err))
+	}
+	if l.ownLock {
+		if err := l.lock.Unlock(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	l.closeErr = errors.Join(errs...)
+	return l.closeErr
+}

@@ -1,0 +1,430 @@
+package wal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kvidx/kvidx/engine"
+)
+
+func quietOpts() *Options {
+	return &Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+}
+
+func mustOpen(t testing.TB, dir string, o *Options) *Log {
+	t.Helper()
+	if o == nil {
+		o = quietOpts()
+	}
+	l, err := Open(dir, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func readAll(t testing.TB, l *Log, from uint64) []Entry {
+	t.Helper()
+	var out []Entry
+	for e, err := range l.Entries(from) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// storedEvent returns a small Stored event identified by (worker, id).
+func storedEvent(worker, id uint64) engine.Event {
+	return engine.Event{Worker: engine.WorkerKey{WorkerID: worker}, EventID: id, Kind: engine.KindStored,
+		Blocks: []engine.Block{{BlockHash: worker<<32 | id, TokensHash: id * 0x9e3779b97f4a7c15}}}
+}
+
+func TestAppendReadReopen(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, dir, nil)
+	if f, _ := l.FirstIndex(); f != 1 {
+		t.Fatalf("first index of a new log = %d", f)
+	}
+	if n, _ := l.LastIndex(); n != 0 {
+		t.Fatalf("last index of a new log = %d", n)
+	}
+	ctx := context.Background()
+	all := sampleEvents()
+	for i := range all {
+		idx, err := l.Append(ctx, all[i:i+1], []Position{{"src", uint64(i)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if idx != uint64(i+1) {
+			t.Fatalf("index %d, want %d", idx, i+1)
+		}
+	}
+	check := func(l *Log) {
+		t.Helper()
+		es := readAll(t, l, 0)
+		if len(es) != len(all) {
+			t.Fatalf("%d entries, want %d", len(es), len(all))
+		}
+		for i, e := range es {
+			if e.Index != uint64(i+1) || !reflect.DeepEqual(e.Events, normalize(all[i:i+1])) ||
+				!reflect.DeepEqual(e.Positions, []Position{{"src", uint64(i)}}) {
+				t.Fatalf("entry %d = %+v", i+1, e)
+			}
+		}
+		if es := readAll(t, l, 5); len(es) != len(all)-4 || es[0].Index != 5 {
+			t.Fatalf("read from 5: %d entries", len(es))
+		}
+	}
+	check(l)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Append(ctx, all, nil); !errors.Is(err, ErrClosed) {
+		t.Fatalf("append after close: %v", err)
+	}
+	l = mustOpen(t, dir, nil)
+	defer l.Close()
+	check(l)
+	if idx, err := l.Append(ctx, all[:1], nil); err != nil || idx != uint64(len(all)+1) {
+		t.Fatalf("append after reopen: %d %v", idx, err)
+	}
+	if err := l.TruncateFront(3); err != nil {
+		t.Fatal(err)
+	}
+	if f, _ := l.FirstIndex(); f != 3 {
+		t.Fatalf("first index after truncate = %d", f)
+	}
+	for _, err := range l.Entries(2) {
+		if !errors.Is(err, ErrTruncated) {
+			t.Fatalf("read before first: %v", err)
+		}
+	}
+	if es := readAll(t, l, 0); len(es) != len(all)-1 || es[0].Index != 3 {
+		t.Fatalf("after truncate: %d entries", len(es))
+	}
+}
+
+func TestSecondOpenerRefused(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, dir, nil)
+	_, err := Open(dir, quietOpts())
+	if !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), dir) {
+		t.Fatalf("second open: %v", err)
+	}
+	if _, err := LockDir(dir); !errors.Is(err, ErrLocked) {
+		t.Fatalf("LockDir while open: %v", err)
+	}
+	if err := RepairTruncateAfter(dir, 0, t.TempDir()); !errors.Is(err, ErrLocked) {
+		t.Fatalf("repair while open: %v", err)
+	}
+	l.Close()
+	// Recovery takes the lock first and hands it to Open.
+	lock, err := LockDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := quietOpts()
+	o.DirLock = lock
+	l = mustOpen(t, dir, o)
+	l.Close()
+	if _, err := Open(dir, quietOpts()); !errors.Is(err, ErrLocked) {
+		t.Fatalf("Close released a lock it did not take: %v", err)
+	}
+	lock.Unlock()
+	mustOpen(t, dir, nil).Close()
+}
+
+// hookStore wraps the real store to observe and fail writes and syncs.
+type hookStore struct {
+	next      Store
+	written   atomic.Uint64 // last index written
+	synced    atomic.Uint64 // last index synced
+	failWrite atomic.Pointer[error]
+	failSync  atomic.Pointer[error]
+	onWrite   func(index uint64)
+	onSync    func()
+}
+
+func (s *hookStore) Write(index uint64, data []byte) error {
+	if s.onWrite != nil {
+		s.onWrite(index)
+	}
+	if p := s.failWrite.Load(); p != nil {
+		return *p
+	}
+	if err := s.next.Write(index, data); err != nil {
+		return err
+	}
+	s.written.Store(index)
+	return nil
+}
+
+func (s *hookStore) Sync() error {
+	if s.onSync != nil {
+		s.onSync()
+	}
+	if p := s.failSync.Load(); p != nil {
+		return *p
+	}
+	w := s.written.Load()
+	if err := s.next.Sync(); err != nil {
+		return err
+	}
+	s.synced.Store(w)
+	return nil
+}
+
+func openHooked(t testing.TB, dir string, o *Options, hs *hookStore) *Log {
+	if o == nil {
+		o = quietOpts()
+	}
+	o.WrapStore = func(s Store) Store { hs.next = s; return hs }
+	return mustOpen(t, dir, o)
+}
+
+func TestConcurrentProducersSyncedBeforeAck(t *testing.T) {
+	dir := t.TempDir()
+	hs := &hookStore{onSync: func() { time.Sleep(300 * time.Microsecond) }}
+	var applied atomic.Uint64
+	var lastApplied uint64
+	o := quietOpts()
+	o.OnCommit = func(index uint64, events []engine.Event) {
+		if index != lastApplied+1 {
+			t.Errorf("OnCommit index %d after %d", index, lastApplied)
+		}
+		if hs.synced.Load() < index {
+			t.Errorf("OnCommit(%d) before sync", index)
+		}
+		lastApplied = index
+		applied.Store(index)
+	}
+	l := openHooked(t, dir, o, hs)
+	const producers, perProducer = 16, 60
+	var wg sync.WaitGroup
+	for p := range producers {
+		wg.Go(func() {
+			for i := range perProducer {
+				evs := []engine.Event{storedEvent(uint64(p), uint64(2*i)), storedEvent(uint64(p), uint64(2*i+1))}
+				idx, err := l.Append(context.Background(), evs, []Position{{fmt.Sprint(p), uint64(i)}})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if s := hs.synced.Load(); s < idx {
+					t.Errorf("producer %d answered for entry %d, synced only to %d", p, idx, s)
+				}
+				if a := applied.Load(); a < idx {
+					t.Errorf("producer %d answered for entry %d, applied only to %d", p, idx, a)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	st := l.Stats()
+	if st.Appends != producers*perProducer || st.Events != 2*producers*perProducer {
+		t.Fatalf("stats %+v", st)
+	}
+	if st.Entries >= producers*perProducer {
+		t.Logf("no coalescing: %d entries", st.Entries)
+	}
+	// Every batch is whole, in its producer's order.
+	next := make([]uint64, producers)
+	for _, e := range readAll(t, l, 0) {
+		if len(e.Events)%2 != 0 {
+			t.Fatalf("entry %d splits a batch", e.Index)
+		}
+		for i := 0; i < len(e.Events); i += 2 {
+			a, b := e.Events[i], e.Events[i+1]
+			w := a.Worker.WorkerID
+			if b.Worker.WorkerID != w || a.EventID != next[w] || b.EventID != next[w]+1 {
+				t.Fatalf("entry %d: batch out of order: %+v %+v", e.Index, a, b)
+			}
+			next[w] += 2
+		}
+	}
+	for p, n := range next {
+		if n != 2*perProducer {
+			t.Fatalf("producer %d: %d events read", p, n)
+		}
+	}
+	t.Logf("%d appends in %d entries, %d syncs", st.Appends, st.Entries, st.Syncs)
+	l.Close()
+}
+
+func TestFailingWriterFences(t *testing.T) {
+	injected := errors.New("injected I/O error")
+	for _, failSync := range []bool{false, true} {
+		t.Run(fmt.Sprintf("failSync=%v", failSync), func(t *testing.T) {
+			dir := t.TempDir()
+			hs := &hookStore{}
+			l := openHooked(t, dir, nil, hs)
+			ctx := context.Background()
+			if _, err := l.Append(ctx, []engine.Event{storedEvent(1, 1)}, nil); err != nil {
+				t.Fatal(err)
+			}
+			if failSync {
+				hs.failSync.Store(&injected)
+			} else {
+				hs.failWrite.Store(&injected)
+			}
+			// Many producers at once: every batch fails, none is acknowledged.
+			var wg sync.WaitGroup
+			for p := range 8 {
+				wg.Go(func() {
+					_, err := l.Append(ctx, []engine.Event{storedEvent(2, uint64(p))}, nil)
+					if !errors.Is(err, ErrFenced) || !errors.Is(err, injected) {
+						t.Errorf("append during failure: %v", err)
+					}
+				})
+			}
+			wg.Wait()
+			hs.failSync.Store(nil)
+			hs.failWrite.Store(nil)
+			if _, err := l.Append(ctx, []engine.Event{storedEvent(3, 1)}, nil); !errors.Is(err, ErrFenced) || !errors.Is(err, injected) {
+				t.Fatalf("append after failure: %v", err)
+			}
+			if !l.Stats().Fenced {
+				t.Fatal("Stats().Fenced = false")
+			}
+			l.Close()
+			l = mustOpen(t, dir, nil)
+			defer l.Close()
+			if _, err := l.Append(ctx, []engine.Event{storedEvent(4, 1)}, nil); err != nil {
+				t.Fatalf("append after reopen: %v", err)
+			}
+		})
+	}
+}
+
+// blockedLog returns a log whose committer blocks in the first Write until release is closed.
+func blockedLog(t *testing.T, maxPending int) (l *Log, entered, release chan struct{}) {
+	entered, release = make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hs := &hookStore{onWrite: func(uint64) {
+		once.Do(func() { close(entered); <-release })
+	}}
+	o := quietOpts()
+	o.MaxPending = maxPending
+	return openHooked(t, t.TempDir(), o, hs), entered, release
+}
+
+func TestOverloadedAndCancel(t *testing.T) {
+	l, entered, release := blockedLog(t, 1)
+	defer l.Close()
+	ctx := context.Background()
+	errc := make(chan error, 2)
+	go func() { _, err := l.Append(ctx, []engine.Event{storedEvent(1, 1)}, nil); errc <- err }()
+	<-entered // the committer holds batch 1 in Write
+	cctx, cancel := context.WithCancel(ctx)
+	go func() { _, err := l.Append(cctx, []engine.Event{storedEvent(2, 1)}, nil); errc <- err }()
+	for len(l.queue) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := l.Append(ctx, []engine.Event{storedEvent(3, 1)}, nil); !errors.Is(err, ErrOverloaded) {
+		t.Fatalf("append on a full queue: %v", err)
+	}
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled append: %v", err)
+	}
+	close(release)
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Append(ctx, []engine.Event{storedEvent(4, 1)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var workers []uint64
+	for _, e := range readAll(t, l, 0) {
+		for _, ev := range e.Events {
+			workers = append(workers, ev.Worker.WorkerID)
+		}
+	}
+	if !reflect.DeepEqual(workers, []uint64{1, 4}) {
+		t.Fatalf("committed workers %v, want [1 4] (cancelled batch must not be written)", workers)
+	}
+}
+
+func TestSyncPolicies(t *testing.T) {
+	for _, p := range []SyncPolicy{SyncAlways, SyncInterval, SyncNone} {
+		t.Run(p.String(), func(t *testing.T) {
+			if q, err := ParseSyncPolicy(p.String()); err != nil || q != p {
+				t.Fatal(q, err)
+			}
+			dir := t.TempDir()
+			o := quietOpts()
+			o.Sync, o.SyncInterval = p, 2*time.Millisecond
+			l := mustOpen(t, dir, o)
+			for i := range 20 {
+				if _, err := l.Append(context.Background(), []engine.Event{storedEvent(1, uint64(i))}, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			time.Sleep(10 * time.Millisecond)
+			st := l.Stats()
+			switch p {
+			case SyncAlways:
+				if st.Syncs != st.Entries {
+					t.Fatalf("always: %d syncs for %d entries", st.Syncs, st.Entries)
+				}
+			case SyncInterval:
+				if st.Syncs == 0 || st.Syncs > st.Entries {
+					t.Fatalf("interval: %d syncs for %d entries", st.Syncs, st.Entries)
+				}
+			case SyncNone:
+				if st.Syncs != 0 {
+					t.Fatalf("none: %d syncs", st.Syncs)
+				}
+			}
+			l.Close()
+			l = mustOpen(t, dir, nil)
+			if n := len(readAll(t, l, 0)); n != 20 {
+				t.Fatalf("%d entries after reopen", n)
+			}
+			l.Close()
+		})
+	}
+	if _, err := ParseSyncPolicy("sometimes"); err == nil {
+		t.Fatal("bad policy parsed")
+	}
+}
+
+func TestSegmentRollover(t *testing.T) {
+	dir := t.TempDir()
+	o := quietOpts()
+	o.SegmentSize = 256
+	l := mustOpen(t, dir, o)
+	for i := range 100 {
+		if _, err := l.Append(context.Background(), []engine.Event{storedEvent(1, uint64(i))}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.Close()
+	segs, _ := listSegments(dir)
+	if len(segs) < 5 {
+		t.Fatalf("%d segments", len(segs))
+	}
+	l = mustOpen(t, dir, o)
+	defer l.Close()
+	es := readAll(t, l, 0)
+	if len(es) != 100 {
+		t.Fatalf("%d entries", len(es))
+	}
+	if err := l.TruncateFront(50); err != nil {
+		t.Fatal(err)
+	}
+	if es := readAll(t, l, 0); len(es) != 51 || es[0].Index != 50 {
+		t.Fatalf("after truncate: %d entries", len(es))
+	}
+}

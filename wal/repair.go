@@ -1,0 +1,322 @@
+package wal
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// segFile is one tidwall/wal segment file: 20-digit first index, optionally
+// with the .START (TruncateFront in progress) or .END (TruncateBack in
+// progress) suffix tidwall/wal uses for its temporary segment names.
+type segFile struct {
+	name  string
+	index uint64
+	kind  string // "", ".START" or ".END"
+}
+
+// listSegments returns the directory's segment files in tidwall/wal's order
+// (by name), with the same filter tidwall/wal applies when it opens.
+func listSegments(dir string) ([]segFile, error) {
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var segs []segFile
+	for _, de := range des {
+		name := de.Name()
+		if de.IsDir() || len(name) < 20 {
+			continue
+		}
+		index, err := strconv.ParseUint(name[:20], 10, 64)
+		if err != nil || index == 0 {
+			continue
+		}
+		var kind string
+		switch {
+		case len(name) == 20:
+		case len(name) == 26 && strings.HasSuffix(name, ".START"):
+			kind = ".START"
+		case len(name) == 24 && strings.HasSuffix(name, ".END"):
+			kind = ".END"
+		default:
+			continue
+		}
+		segs = append(segs, segFile{name: name, index: index, kind: kind})
+	}
+	sort.Slice(segs, func(i, j int) bool { return segs[i].name < segs[j].name })
+	return segs, nil
+}
+
+// lastSegment returns the file tidwall/wal will open as its tail once it has
+// finished an interrupted truncation: the first .END file if any (everything
+// after it is deleted), else the last file by name (possibly a .START file,
+// which is renamed in place). It returns "" when there is no segment.
+func lastSegment(segs []segFile) string {
+	for _, s := range segs {
+		if s.kind == ".END" {
+			return s.name
+		}
+	}
+	if len(segs) == 0 {
+		return ""
+	}
+	return segs[len(segs)-1].name
+}
+
+// nextEntry parses tidwall/wal's binary framing at the start of b:
+// uvarint(len) then len bytes. ok is false if the entry is incomplete.
+func nextEntry(b []byte) (payload []byte, n int, ok bool) {
+	size, hn := binary.Uvarint(b)
+	if hn <= 0 || size > uint64(len(b)-hn) {
+		return nil, 0, false
+	}
+	return b[hn : hn+int(size)], hn + int(size), true
+}
+
+// validEntryAt reports whether a complete entry with a valid kvidx frame
+// starts at b[0].
+func validEntryAt(b []byte) bool {
+	p, _, ok := nextEntry(b)
+	return ok && len(p) >= minFrame && p[0] == formatVersion && checkFrame(p) == nil
+}
+
+// scanValid walks data's entries and returns the end offset of the longest
+// prefix of complete entries with valid kvidx frames, and how many there are.
+func scanValid(data []byte) (good, count int) {
+	for good < len(data) {
+		p, n, ok := nextEntry(data[good:])
+		if !ok || checkFrame(p) != nil {
+			break
+		}
+		good += n
+		count++
+	}
+	return good, count
+}
+
+// repairTail cuts a torn tail off the directory's last segment (see doc.go).
+// It returns how many bytes it dropped.
+func repairTail(dir string, logger *slog.Logger) (int64, error) {
+	segs, err := listSegments(dir)
+	if err != nil {
+		return 0, fmt.Errorf("wal %s: %w", dir, err)
+	}
+	name := lastSegment(segs)
+	if name == "" {
+		return 0, nil
+	}
+	path := filepath.Join(dir, name)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, fmt.Errorf("wal %s: segment %s: %w", dir, name, err)
+	}
+	good, count := scanValid(data)
+	if good == len(data) {
+		return 0, nil
+	}
+	for p := good + 1; p < len(data); p++ {
+		if validEntryAt(data[p:]) {
+			return 0, fmt.Errorf("wal %s: segment %s offset %d: invalid entry followed by a valid entry at offset %d (damage inside the log, not a torn tail; cut explicitly with RepairTruncateAfter): %w",
+				dir, name, good, p, ErrCorrupt)
+		}
+	}
+	dropped := int64(len(data) - good)
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return 0, fmt.Errorf("wal %s: segment %s offset %d: repair torn tail: %w", dir, name, good, err)
+	}
+	if err := f.Truncate(int64(good)); err != nil {
+		f.Close()
+		return 0, fmt.Errorf("wal %s: segment %s offset %d: repair torn tail: %w", dir, name, good, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return 0, fmt.Errorf("wal %s: segment %s offset %d: repair torn tail: sync: %w", dir, name, good, err)
+	}
+	if err := f.Close(); err != nil {
+		return 0, fmt.Errorf("wal %s: segment %s offset %d: repair torn tail: %w", dir, name, good, err)
+	}
+	if err := syncDir(dir); err != nil {
+		return 0, err
+	}
+	logger.Warn("wal: cut torn tail", "dir", dir, "segment", name, "offset", good,
+		"valid_entries", count, "dropped_bytes", dropped)
+	return dropped, nil
+}
+
+// locate returns the segment file holding index and the byte offset of its
+// entry, for error messages. It walks tidwall/wal's framing only.
+func locate(dir string, index uint64) (string, int64) {
+	segs, err := listSegments(dir)
+	if err != nil {
+		return "?", -1
+	}
+	var seg *segFile
+	for i := range segs {
+		if segs[i].kind == "" && segs[i].index <= index {
+			seg = &segs[i]
+		}
+	}
+	if seg == nil {
+		return "?", -1
+	}
+	data, err := os.ReadFile(filepath.Join(dir, seg.name))
+	if err != nil {
+		return seg.name, -1
+	}
+	off := 0
+	for i := seg.index; i < index; i++ {
+		_, n, ok := nextEntry(data[off:])
+		if !ok {
+			return seg.name, -1
+		}
+		off += n
+	}
+	return seg.name, int64(off)
+}
+
+// syncDir fsyncs a directory, so created, renamed, truncated and removed
+// files are durable. tidwall/wal never does this itself.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("wal %s: sync directory: %w", dir, err)
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("wal %s: sync directory: %w", dir, err)
+	}
+	return nil
+}
+
+// RepairTruncateAfter is the operator's explicit cut: it removes every entry
+// after index from the log in dir, whatever their state, after copying each
+// segment file it changes or deletes into backupDir (created if needed,
+// files keep their names). It takes the directory lock, so no Log may have
+// dir open. It walks tidwall/wal's framing only, not kvidx's CRCs, so it can
+// cut just before a damaged entry that [Open] refuses. index must lie within
+// the log's segments; index = first index - 1 empties the log.
+func RepairTruncateAfter(dir string, index uint64, backupDir string) (err error) {
+	lock, err := LockDir(dir)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if uerr := lock.Unlock(); err == nil {
+			err = uerr
+		}
+	}()
+	segs, err := listSegments(dir)
+	if err != nil {
+		return fmt.Errorf("wal %s: %w", dir, err)
+	}
+	for _, s := range segs {
+		if s.kind != "" {
+			return fmt.Errorf("wal %s: segment %s: an interrupted truncation is pending; open the log once (or finish it by hand) first: %w", dir, s.name, ErrCorrupt)
+		}
+	}
+	if len(segs) == 0 {
+		return fmt.Errorf("wal %s: no segments", dir)
+	}
+	// Find the segment holding entry index+1, the first one to drop.
+	cut := index + 1
+	si := -1
+	for i := range segs {
+		if segs[i].index <= cut {
+			si = i
+		}
+	}
+	if si < 0 {
+		return fmt.Errorf("wal %s: index %d is before the first segment %s", dir, index, segs[0].name)
+	}
+	seg := segs[si]
+	data, err := os.ReadFile(filepath.Join(dir, seg.name))
+	if err != nil {
+		return fmt.Errorf("wal %s: segment %s: %w", dir, seg.name, err)
+	}
+	off := 0
+	for i := seg.index; i < cut; i++ {
+		_, n, ok := nextEntry(data[off:])
+		if !ok {
+			return fmt.Errorf("wal %s: segment %s offset %d: entry %d is not complete, cannot cut after %d: %w", dir, seg.name, off, i, index, ErrCorrupt)
+		}
+		off += n
+	}
+	if err := os.MkdirAll(backupDir, 0o750); err != nil {
+		return fmt.Errorf("wal %s: backup: %w", dir, err)
+	}
+	for _, s := range segs[si:] {
+		if err := copyFile(filepath.Join(dir, s.name), filepath.Join(backupDir, s.name)); err != nil {
+			return fmt.Errorf("wal %s: backup segment %s: %w", dir, s.name, err)
+		}
+	}
+	if err := syncDir(backupDir); err != nil {
+		return err
+	}
+	// Delete later segments from the last, then cut this one, so a crash
+	// midway leaves a prefix of the log.
+	for i := len(segs) - 1; i > si; i-- {
+		if err := os.Remove(filepath.Join(dir, segs[i].name)); err != nil {
+			return fmt.Errorf("wal %s: segment %s: %w", dir, segs[i].name, err)
+		}
+	}
+	if err := syncDir(dir); err != nil {
+		return err
+	}
+	if off == 0 && si > 0 {
+		// The whole segment goes: its predecessor becomes the tail.
+		if err := os.Remove(filepath.Join(dir, seg.name)); err != nil {
+			return fmt.Errorf("wal %s: segment %s: %w", dir, seg.name, err)
+		}
+	} else if err := truncateSync(filepath.Join(dir, seg.name), int64(off)); err != nil {
+		return fmt.Errorf("wal %s: segment %s offset %d: %w", dir, seg.name, off, err)
+	}
+	return syncDir(dir)
+}
+
+func truncateSync(path string, size int64) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	if err := f.Truncate(size); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o640)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Sync(); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}

@@ -1,0 +1,296 @@
+package wal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/kvidx/kvidx/engine"
+)
+
+// buildLog writes n entries (entry i holds events of varying size) with the
+// given segment size and returns the directory and the expected events.
+func buildLog(t *testing.T, n, segSize int) (string, [][]engine.Event) {
+	t.Helper()
+	dir := t.TempDir()
+	o := quietOpts()
+	o.SegmentSize = segSize
+	l := mustOpen(t, dir, o)
+	var want [][]engine.Event
+	for i := range n {
+		evs := []engine.Event{storedEvent(uint64(i), uint64(i))}
+		if i%2 == 1 {
+			evs = append(evs, engine.Event{Worker: engine.WorkerKey{WorkerID: 9}, Kind: engine.KindRemoved, BlockHashes: []uint64{1, 2, 3}})
+		}
+		if _, err := l.Append(context.Background(), evs, []Position{{"p", uint64(i)}}); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, evs)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir, want
+}
+
+// entryEnds returns the end offset of each entry of a segment file.
+func entryEnds(t *testing.T, data []byte) []int {
+	var ends []int
+	for off := 0; off < len(data); {
+		_, n, ok := nextEntry(data[off:])
+		if !ok {
+			t.Fatalf("segment not well framed at %d", off)
+		}
+		off += n
+		ends = append(ends, off)
+	}
+	return ends
+}
+
+// tailPath returns the last segment file of dir.
+func tailPath(t *testing.T, dir string) string {
+	segs, err := listSegments(dir)
+	if err != nil || len(segs) == 0 {
+		t.Fatal(err)
+	}
+	return filepath.Join(dir, segs[len(segs)-1].name)
+}
+
+// cloneDir copies dir's segment files into a new temp dir.
+func cloneDir(t *testing.T, dir string) string {
+	t.Helper()
+	out := t.TempDir()
+	segs, _ := listSegments(dir)
+	for _, s := range segs {
+		if err := copyFile(filepath.Join(dir, s.name), filepath.Join(out, s.name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// checkPrefix opens dir and checks that it holds exactly want[:n].
+func checkPrefix(t *testing.T, dir string, want [][]engine.Event, n int) *Log {
+	t.Helper()
+	l, err := Open(dir, quietOpts())
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	es := readAll(t, l, 0)
+	if len(es) != n {
+		l.Close()
+		t.Fatalf("%d entries survive, want %d", len(es), n)
+	}
+	for i, e := range es {
+		if !reflect.DeepEqual(e.Events, normalize(want[i])) {
+			l.Close()
+			t.Fatalf("entry %d differs", i+1)
+		}
+	}
+	return l
+}
+
+func TestTornTailEveryOffset(t *testing.T) {
+	for _, segSize := range []int{1 << 20, 300} { // one segment; many segments
+		t.Run(fmt.Sprint("segment=", segSize), func(t *testing.T) {
+			const n = 12
+			src, want := buildLog(t, n, segSize)
+			segs, _ := listSegments(src)
+			tail := tailPath(t, src)
+			data, _ := os.ReadFile(tail)
+			ends := entryEnds(t, data)
+			if len(ends) < 3 {
+				t.Fatalf("tail segment holds %d entries", len(ends))
+			}
+			inTail := len(ends)
+			before := n - inTail // entries in earlier segments
+			start := 0
+			if len(ends) > 3 {
+				start = ends[len(ends)-4]
+			}
+			for cut := start; cut < len(data); cut++ {
+				dir := cloneDir(t, src)
+				if err := os.WriteFile(filepath.Join(dir, filepath.Base(tail)), data[:cut], 0o640); err != nil {
+					t.Fatal(err)
+				}
+				complete := 0
+				for _, e := range ends {
+					if e <= cut {
+						complete++
+					}
+				}
+				l := checkPrefix(t, dir, want, before+complete)
+				if st := l.Stats(); st.TornBytesDropped != int64(cut-endOr0(ends, complete)) {
+					t.Fatalf("cut %d: dropped %d", cut, st.TornBytesDropped)
+				}
+				// The log stays appendable after the repair.
+				if idx, err := l.Append(context.Background(), want[0], nil); err != nil || idx != uint64(before+complete+1) {
+					t.Fatalf("cut %d: append after repair: %d %v", cut, idx, err)
+				}
+				l.Close()
+			}
+			_ = segs
+		})
+	}
+}
+
+func endOr0(ends []int, k int) int {
+	if k == 0 {
+		return 0
+	}
+	return ends[k-1]
+}
+
+func TestFlipLastEntryCut(t *testing.T) {
+	const n = 6
+	src, want := buildLog(t, n, 1<<20)
+	tail := tailPath(t, src)
+	data, _ := os.ReadFile(tail)
+	ends := entryEnds(t, data)
+	for i := ends[len(ends)-2]; i < len(data); i++ {
+		for _, mask := range []byte{0x01, 0x80, 0xff} {
+			dir := cloneDir(t, src)
+			b := append([]byte(nil), data...)
+			b[i] ^= mask
+			os.WriteFile(filepath.Join(dir, filepath.Base(tail)), b, 0o640)
+			l := checkPrefix(t, dir, want, n-1)
+			if l.Stats().TornBytesDropped <= 0 {
+				t.Fatalf("byte %d mask %x: nothing dropped", i, mask)
+			}
+			l.Close()
+		}
+	}
+}
+
+func TestZeroTailCut(t *testing.T) {
+	src, want := buildLog(t, 3, 1<<20)
+	tail := tailPath(t, src)
+	f, _ := os.OpenFile(tail, os.O_APPEND|os.O_WRONLY, 0)
+	f.Write(make([]byte, 4096)) // zeros read as phantom empty entries by tidwall/wal
+	f.Close()
+	l := checkPrefix(t, src, want, 3)
+	if l.Stats().TornBytesDropped != 4096 {
+		t.Fatalf("dropped %d", l.Stats().TornBytesDropped)
+	}
+	l.Close()
+}
+
+func TestMiddleDamageRefused(t *testing.T) {
+	const n = 6
+	src, _ := buildLog(t, n, 1<<20)
+	tail := tailPath(t, src)
+	data, _ := os.ReadFile(tail)
+	ends := entryEnds(t, data)
+	for k := 0; k < len(ends)-1; k++ { // every entry but the last
+		start := endOr0(ends, k)
+		for _, i := range []int{start, start + 1, start + 3, ends[k] - 1} {
+			dir := cloneDir(t, src)
+			b := append([]byte(nil), data...)
+			b[i] ^= 0x01
+			os.WriteFile(filepath.Join(dir, filepath.Base(tail)), b, 0o640)
+			_, err := Open(dir, quietOpts())
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("entry %d byte %d: open = %v", k+1, i, err)
+			}
+			msg := err.Error()
+			if !strings.Contains(msg, filepath.Base(tail)) || !strings.Contains(msg, fmt.Sprintf("offset %d:", start)) {
+				t.Fatalf("error does not name segment and offset %d: %v", start, msg)
+			}
+			if got, _ := os.ReadFile(filepath.Join(dir, filepath.Base(tail))); len(got) != len(b) {
+				t.Fatal("refused open still cut the segment")
+			}
+		}
+	}
+}
+
+func TestEarlierSegmentDamageOnRead(t *testing.T) {
+	src, _ := buildLog(t, 30, 300)
+	segs, _ := listSegments(src)
+	if len(segs) < 3 {
+		t.Fatalf("%d segments", len(segs))
+	}
+	first := filepath.Join(src, segs[0].name)
+	data, _ := os.ReadFile(first)
+	ends := entryEnds(t, data)
+	data[ends[0]+3] ^= 0x01 // a CRC byte of entry 2
+	os.WriteFile(first, data, 0o640)
+	l, err := Open(src, quietOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var got error
+	count := 0
+	for _, err := range l.Entries(0) {
+		if err != nil {
+			got = err
+			break
+		}
+		count++
+	}
+	if count != 1 || !errors.Is(got, ErrCorrupt) || !strings.Contains(got.Error(), segs[0].name) ||
+		!strings.Contains(got.Error(), fmt.Sprintf("offset %d:", ends[0])) {
+		t.Fatalf("read %d entries then %v", count, got)
+	}
+}
+
+func TestRepairTruncateAfter(t *testing.T) {
+	const n = 30
+	src, want := buildLog(t, n, 300)
+	// Damage entry 20 so Open refuses, then cut after 19.
+	segs, _ := listSegments(src)
+	var holder segFile
+	for _, s := range segs {
+		if s.index <= 20 {
+			holder = s
+		}
+	}
+	path := filepath.Join(src, holder.name)
+	data, _ := os.ReadFile(path)
+	ends := entryEnds(t, data)
+	off := endOr0(ends, int(20-holder.index))
+	data[off+2] ^= 0x01
+	os.WriteFile(path, data, 0o640)
+	if holder.name == segs[len(segs)-1].name {
+		t.Fatal("test needs entry 20 outside the tail segment")
+	}
+	// Damage outside the tail is only seen while reading.
+	l := mustOpen(t, src, nil)
+	count := 0
+	for _, err := range l.Entries(0) {
+		if err != nil {
+			break
+		}
+		count++
+	}
+	l.Close()
+	if count != 19 {
+		t.Fatalf("read %d entries before the damage", count)
+	}
+	backup := t.TempDir()
+	if err := RepairTruncateAfter(src, 19, backup); err != nil {
+		t.Fatal(err)
+	}
+	bsegs, _ := listSegments(backup)
+	if len(bsegs) == 0 || bsegs[0].name != holder.name {
+		t.Fatalf("backup holds %v", bsegs)
+	}
+	l = checkPrefix(t, src, want, 19)
+	if idx, err := l.Append(context.Background(), want[0], nil); err != nil || idx != 20 {
+		t.Fatalf("append after repair: %d %v", idx, err)
+	}
+	l.Close()
+	// Cutting on a segment boundary and cutting everything.
+	for _, cut := range []uint64{holder.index - 1, 0} {
+		if err := RepairTruncateAfter(src, cut, t.TempDir()); err != nil {
+			t.Fatalf("cut after %d: %v", cut, err)
+		}
+		l = checkPrefix(t, src, want, int(cut))
+		l.Close()
+	}
+}
