@@ -1,9 +1,6 @@
 package engine
 
-import (
-	"cmp"
-	"slices"
-)
+import "slices"
 
 // Frozen is an immutable copy of an index's state between two events: what a
 // snapshot writes. [Index.Freeze] takes it under the writer lock with a few
@@ -16,6 +13,7 @@ type Frozen struct {
 	revs     [][]revSlot // by frozen worker index
 	pages    [shardCount][][]place
 	nextNew  [shardCount]uint32 // slots from here on were never used
+	places   int
 	counters Counters
 }
 
@@ -46,28 +44,54 @@ type HolderRecord struct {
 }
 
 // Freeze returns a consistent copy of the index as of the last applied event.
-// Event application waits while it copies; queries do not.
+// Event application waits while it copies; queries do not. The copy reuses
+// the memory of the last copy given back with [Frozen.Release], so that
+// periodic snapshots neither fault in fresh pages nor feed the collector.
 func (ix *Index) Freeze() *Frozen {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	f := &Frozen{
-		stats:    Stats{Entries: ix.entries(), HolderBlocks: ix.holderBlocks, WorkerKeys: len(ix.byKey), Counters: ix.counters},
-		counters: ix.counters,
+	f := ix.spare
+	ix.spare = nil
+	if f == nil {
+		f = &Frozen{}
 	}
-	for _, id := range ix.order {
+	f.stats = Stats{Entries: ix.entries(), HolderBlocks: ix.holderBlocks, WorkerKeys: len(ix.byKey), Counters: ix.counters}
+	f.counters, f.places = ix.counters, 0
+	f.keys = f.keys[:0]
+	revs := f.revs
+	f.revs = f.revs[:0]
+	for i, id := range ix.order {
 		w := ix.workers[id]
 		f.keys = append(f.keys, w.key)
-		f.revs = append(f.revs, slices.Clone(w.rev.slots))
+		var buf []revSlot
+		if i < len(revs) {
+			buf = revs[i][:0]
+		}
+		f.revs = append(f.revs, append(buf, w.rev.slots...))
 	}
 	for si := range ix.shards {
 		s := &ix.shards[si]
 		f.nextNew[si] = s.nextNew
-		f.pages[si] = make([][]place, len(s.pages))
+		f.places += s.places
+		old := f.pages[si]
+		f.pages[si] = f.pages[si][:0]
 		for i, pg := range s.pages {
-			f.pages[si][i] = slices.Clone(pg)
+			var buf []place
+			if i < len(old) {
+				buf = old[i][:0]
+			}
+			f.pages[si] = append(f.pages[si], append(buf, pg...))
 		}
 	}
 	return f
+}
+
+// Release gives the copy's memory back to ix for its next Freeze. f must not
+// be used afterwards.
+func (f *Frozen) Release(ix *Index) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	ix.spare = f
 }
 
 // Stats returns the frozen index's size and counters.
@@ -93,13 +117,14 @@ func (f *Frozen) place(ref uint32) *place {
 	return &f.pages[refShard(ref)][local>>pageBits][local&(pageSize-1)]
 }
 
-// Places calls yield for every place, in (position, local hash, seq) order,
-// until yield returns false. The record and its slices are reused between
-// calls: copy what must outlive one.
+// Places calls yield for every place, in position order (places of one
+// position in no particular order), until yield returns false. The record
+// and its slices are reused between calls: copy what must outlive one.
 //
-// Random memory access is what costs here, so the place slabs are read in
-// order once, and the reverse maps are scattered into place order by a
-// counting sort; only small arrays are then read at random.
+// Random memory access is what costs here: the place slabs are read in order
+// once, places are counting-sorted by position, and the reverse maps' pairs
+// are scattered straight into output order, so the output pass reads
+// everything in sequence.
 func (f *Frozen) Places(yield func(*PlaceRecord) bool) {
 	// Number every place slot densely: shard by shard, place by place.
 	var base [shardCount + 1]int
@@ -109,11 +134,12 @@ func (f *Frozen) Places(yield func(*PlaceRecord) bool) {
 	dense := func(ref uint32) int { return base[refShard(ref)] + int(refLocal(ref)) }
 	type span struct {
 		pos     uint32
-		parent  uint32 // dense number of the parent slot + 1, or 0
+		parent  int32 // dense number of the parent slot, or -1
 		th, seq uint64
-		d       int32 // dense number
 	}
-	spans := make([]span, 0, f.stats.Entries)
+	live := make([]span, 0, f.places)
+	liveD := make([]int32, 0, f.places)
+	var perPos []int32 // places per position, then first output slot per position
 	for si := range f.pages {
 		for pi, pg := range f.pages[si] {
 			for li := range pg {
@@ -122,65 +148,72 @@ func (f *Frozen) Places(yield func(*PlaceRecord) bool) {
 				if local == 0 || local >= int(f.nextNew[si]) || p.h[0] == noHolder {
 					continue
 				}
-				s := span{pos: p.pos, th: p.th, seq: p.seq, d: int32(base[si] + local)}
+				s := span{pos: p.pos, parent: -1, th: p.th, seq: p.seq}
 				if p.parent != 0 && p.pos > 0 {
-					s.parent = uint32(dense(p.parent)) + 1
+					s.parent = int32(dense(p.parent))
 				}
-				spans = append(spans, s)
+				live = append(live, s)
+				liveD = append(liveD, int32(base[si]+local))
+				for int(p.pos) >= len(perPos) {
+					perPos = append(perPos, 0)
+				}
+				perPos[p.pos]++
 			}
 		}
 	}
-	// Counting sort of the reverse maps' (worker, block hash) pairs by place:
-	// workers are visited in key order, so each place's holders come sorted.
-	start := make([]int32, base[shardCount]+1)
+	next := int32(0)
+	for pos, n := range perPos {
+		perPos[pos] = next
+		next += n
+	}
+	// ord[d] is the output ordinal of dense slot d, plus 1 (0: not live).
+	ord := make([]int32, base[shardCount])
+	spans := make([]span, len(live))
+	for i, s := range live {
+		o := perPos[s.pos]
+		perPos[s.pos]++
+		spans[o] = s
+		ord[liveD[i]] = o + 1
+	}
+	live, liveD = nil, nil
+	// Counting sort of the reverse maps' (worker, block hash) pairs into
+	// output order: workers are visited in key order, so each place's
+	// holders come sorted.
+	start := make([]int32, len(spans)+1)
 	for _, slots := range f.revs {
 		for _, s := range slots {
 			if s.ref != 0 {
-				start[dense(s.ref)+1]++
+				start[ord[dense(s.ref)]]++
 			}
 		}
 	}
-	for d := 1; d < len(start); d++ {
-		start[d] += start[d-1]
+	for o := 1; o < len(start); o++ {
+		start[o] += start[o-1]
 	}
 	type hold struct {
 		w  uint32
 		bh uint64
 	}
 	holds := make([]hold, start[len(start)-1])
-	next := slices.Clone(start[:len(start)-1])
+	fill := slices.Clone(start)
 	for w, slots := range f.revs {
 		for _, s := range slots {
 			if s.ref != 0 {
-				d := dense(s.ref)
-				holds[next[d]] = hold{w: uint32(w), bh: unmix64(s.mixed())}
-				next[d]++
+				o := ord[dense(s.ref)] - 1
+				holds[fill[o]] = hold{w: uint32(w), bh: unmix64(s.mixed())}
+				fill[o]++
 			}
 		}
 	}
-	slices.SortFunc(spans, func(x, y span) int {
-		if c := cmp.Compare(x.pos, y.pos); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(x.th, y.th); c != 0 {
-			return c
-		}
-		return cmp.Compare(x.seq, y.seq)
-	})
-	// IDs are ordinals in this order; parents (lower positions) come first.
-	id := make([]uint32, base[shardCount])
-	for i, s := range spans {
-		id[s.d] = uint32(i + 1)
-	}
 	var rec PlaceRecord
 	var bhs []uint64
-	for i, s := range spans {
-		hs := holds[start[s.d]:start[s.d+1]]
-		rec = PlaceRecord{ID: uint32(i + 1), Position: s.pos, TokensHash: s.th, Seq: s.seq, Holders: rec.Holders[:0]}
-		if s.parent != 0 {
+	for o, s := range spans {
+		hs := holds[start[o]:start[o+1]]
+		rec = PlaceRecord{ID: uint32(o + 1), Position: s.pos, TokensHash: s.th, Seq: s.seq, Holders: rec.Holders[:0]}
+		if s.parent >= 0 {
 			// A stale link (its parent gone, the slot reused) is dropped by
 			// the loader, which checks that the parent chains to this place.
-			if pid := id[s.parent-1]; pid != 0 && pid < rec.ID {
+			if pid := uint32(ord[s.parent]); pid != 0 && pid < rec.ID {
 				rec.Parent = pid
 			}
 		}

@@ -38,10 +38,12 @@ func BenchmarkFreeze(b *testing.B) {
 	ix := workloadIndex(b)
 	hb := float64(ix.Stats().HolderBlocks)
 	var worst time.Duration
+	ix.Freeze().Release(ix) // the first copy faults its memory in
 	for b.Loop() {
 		t0 := time.Now()
-		ix.Freeze()
+		f := ix.Freeze()
 		worst = max(worst, time.Since(t0))
+		f.Release(ix)
 	}
 	b.ReportMetric(float64(worst.Milliseconds())/(hb/1e6), "worst_pause_ms/1M_holder_blocks")
 }
@@ -75,7 +77,9 @@ func BenchmarkLoad(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		l.Finish(f.Stats().Counters)
+		if _, err := l.Finish(f.Stats().Counters); err != nil {
+			b.Fatal(err)
+		}
 	}
 	b.ReportMetric(hb*float64(b.N)/b.Elapsed().Seconds(), "holder_blocks/s")
 }

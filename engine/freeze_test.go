@@ -27,7 +27,11 @@ func reload(t interface {
 	if err != nil {
 		t.Fatalf("load: %v", err)
 	}
-	return l.Finish(f.Stats().Counters)
+	ix2, err := l.Finish(f.Stats().Counters)
+	if err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	return ix2
 }
 
 func TestFreezeLoadRoundtrip(t *testing.T) {
@@ -82,7 +86,10 @@ func TestLoaderDropsUnsoundParent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ix := l.Finish(Counters{})
+	ix, err := l.Finish(Counters{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := ix.Verify(); err != nil {
 		t.Fatal(err)
 	}
@@ -114,6 +121,9 @@ func TestLoaderRejectsBadRecords(t *testing.T) {
 				if err = l.Add(&tt.recs[i]); err != nil {
 					break
 				}
+			}
+			if err == nil {
+				_, err = l.Finish(Counters{})
 			}
 			if err == nil {
 				t.Fatal("bad records loaded without error")
@@ -167,4 +177,25 @@ func TestFreezeLoadChains(t *testing.T) {
 			t.Fatalf("query %v: loaded %v, original %v", q, a, b)
 		}
 	}
+}
+
+// A Freeze that reuses released memory copies the current state, not the old.
+func TestFreezeReusesReleasedCopy(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		ix := New()
+		for range 3 {
+			for range rapid.IntRange(1, 30).Draw(t, "steps") {
+				ev := genEvent(t)
+				_ = ix.Apply(&ev)
+			}
+			f := ix.Freeze()
+			got := reload(t, ix)
+			for _, q := range allQueries() {
+				if a, b := got.Match(q, nil), ix.Match(q, nil); !slices.Equal(a, b) {
+					t.Fatalf("query %v: loaded %v, original %v", q, a, b)
+				}
+			}
+			f.Release(ix)
+		}
+	})
 }

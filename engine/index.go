@@ -35,6 +35,7 @@ type Index struct {
 	sink            uint64
 
 	scratch sync.Pool // *matchScratch
+	spare   *Frozen   // memory for the next Freeze (see Frozen.Release)
 }
 
 // New returns an empty index.

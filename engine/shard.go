@@ -326,10 +326,21 @@ func (s *shard) addHolder(pos uint32, th, seq uint64, fp uint32, wid uint32, par
 		}
 	}
 	p := s.place(local)
+	if !s.pushHolder(p, wid) {
+		return local, false
+	}
+	if parent != 0 {
+		p.parent = parent
+	}
+	return local, true
+}
+
+// pushHolder adds wid to p's holders, or reports false if it is one.
+func (s *shard) pushHolder(p *place, wid uint32) bool {
 	hs := s.holders(p)
 	for i := range hs {
 		if hs[i].wid() == wid {
-			return local, false
+			return false
 		}
 	}
 	switch {
@@ -343,10 +354,7 @@ func (s *shard) addHolder(pos uint32, th, seq uint64, fp uint32, wid uint32, par
 	default:
 		s.ovf[p.h[0]] = append(hs, holder(wid))
 	}
-	if parent != 0 {
-		p.parent = parent
-	}
-	return local, true
+	return true
 }
 
 func (s *shard) newOverflow(list []holder) uint32 {
