@@ -12,7 +12,13 @@ import (
 func reload(t interface {
 	Fatalf(string, ...any)
 }, ix *Index) *Index {
-	f := ix.Freeze()
+	return load(t, ix.Freeze())
+}
+
+// load loads a frozen index into a new one.
+func load(t interface {
+	Fatalf(string, ...any)
+}, f *Frozen) *Index {
 	l := NewLoader()
 	var err error
 	lastPos := uint32(0)
@@ -189,7 +195,7 @@ func TestFreezeReusesReleasedCopy(t *testing.T) {
 				_ = ix.Apply(&ev)
 			}
 			f := ix.Freeze()
-			got := reload(t, ix)
+			got := load(t, f)
 			for _, q := range allQueries() {
 				if a, b := got.Match(q, nil), ix.Match(q, nil); !slices.Equal(a, b) {
 					t.Fatalf("query %v: loaded %v, original %v", q, a, b)
