@@ -18,11 +18,17 @@ import (
 //	position= uvarint(len(source)) source uvarint(seq)
 //	event   = uvarint(worker_id) uvarint(dp_rank) uvarint(event_id) kind(1) flags(1)
 //	          [parent(8 LE) if flags&1] [uvarint(start) if flags&2]
-//	          uvarint(#blocks) (block_hash(8 LE) tokens_hash(8 LE))*
+//	          uvarint(#blocks) (block_hash(8 LE) tokens_hash(8 LE))*   if not flags&4
+//	          uvarint(#blocks) tokens_hash(8 LE)*                        if flags&4
 //	          uvarint(#removed) removed_hash(8 LE)*
 //
 // Hashes are random 64-bit values, so they are stored fixed-width: a uvarint
-// would take 9 or 10 bytes for most of them.
+// would take 9 or 10 bytes for most of them, and snappy cannot shrink them.
+// But engines that name blocks by the router's own hash chain (Dynamo's do)
+// make every block hash predictable: flag 4 (chained) says block i's hash is
+// NextSeq(previous block's hash, tokens_hash i), the first block's previous
+// hash being the parent's, or, with no parent, its own tokens hash; such
+// events store tokens hashes only, halving a stored block.
 
 // formatVersion is the first byte of every entry kvidx writes.
 const formatVersion = 1
@@ -42,8 +48,35 @@ const maxDecodedLen = 1 << 30
 const (
 	flagParent = 1 << iota
 	flagStart
-	flagsKnown = flagParent | flagStart
+	flagChained
+	flagsKnown = flagParent | flagStart | flagChained
 )
+
+// chainedHash is what a chained event's block i is named: the router seq of
+// its tokens hash after the previous block's hash (see the layout above).
+func chainedHash(ev *engine.Event, i int) uint64 {
+	th := ev.Blocks[i].TokensHash
+	switch {
+	case i > 0:
+		return engine.NextSeq(ev.Blocks[i-1].BlockHash, th)
+	case ev.HasParent:
+		return engine.NextSeq(ev.ParentHash, th)
+	}
+	return th
+}
+
+// chained reports whether every block hash of ev follows the chain.
+func chained(ev *engine.Event) bool {
+	if len(ev.Blocks) == 0 {
+		return false
+	}
+	for i, b := range ev.Blocks {
+		if b.BlockHash != chainedHash(ev, i) {
+			return false
+		}
+	}
+	return true
+}
 
 // minEventLen is the smallest encoded event: worker, rank, id, kind, flags,
 // #blocks, #removed, one byte each.
@@ -77,6 +110,10 @@ func appendEvent(dst []byte, ev *engine.Event) []byte {
 	if ev.HasStartPosition {
 		flags |= flagStart
 	}
+	isChained := chained(ev)
+	if isChained {
+		flags |= flagChained
+	}
 	dst = append(dst, byte(ev.Kind), flags)
 	if ev.HasParent {
 		dst = binary.LittleEndian.AppendUint64(dst, ev.ParentHash)
@@ -86,7 +123,9 @@ func appendEvent(dst []byte, ev *engine.Event) []byte {
 	}
 	dst = binary.AppendUvarint(dst, uint64(len(ev.Blocks)))
 	for _, b := range ev.Blocks {
-		dst = binary.LittleEndian.AppendUint64(dst, b.BlockHash)
+		if !isChained {
+			dst = binary.LittleEndian.AppendUint64(dst, b.BlockHash)
+		}
 		dst = binary.LittleEndian.AppendUint64(dst, b.TokensHash)
 	}
 	dst = binary.AppendUvarint(dst, uint64(len(ev.BlockHashes)))
@@ -267,11 +306,27 @@ func decodeBatch(raw []byte) ([]engine.Event, []Position, error) {
 				ev.HasStartPosition = true
 				ev.StartPosition = d.uvarint("start position")
 			}
-			if nb := d.count("block count", 16); nb > 0 {
+			isChained := flags&flagChained != 0
+			blockLen := 16
+			if isChained {
+				blockLen = 8
+			}
+			nb := d.count("block count", blockLen)
+			if isChained && nb == 0 {
+				d.fail("chained event without blocks")
+			}
+			if nb > 0 {
 				ev.Blocks = make([]engine.Block, nb)
 				for j := range ev.Blocks {
-					ev.Blocks[j].BlockHash = d.u64("block hash")
+					if !isChained {
+						ev.Blocks[j].BlockHash = d.u64("block hash")
+					}
 					ev.Blocks[j].TokensHash = d.u64("tokens hash")
+				}
+				if isChained && d.err == nil {
+					for j := range ev.Blocks {
+						ev.Blocks[j].BlockHash = chainedHash(ev, j)
+					}
 				}
 			}
 			if nr := d.count("removed count", 8); nr > 0 {

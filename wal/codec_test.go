@@ -24,6 +24,45 @@ func sampleEvents() []engine.Event {
 		{Worker: engine.WorkerKey{WorkerID: 7, DPRank: 3}, EventID: 11, Kind: engine.KindCleared},
 		{Worker: engine.WorkerKey{WorkerID: 7}, EventID: 12, Kind: engine.KindWorkerRemoved},
 		{Worker: engine.WorkerKey{WorkerID: 8}, Kind: engine.EventKind(200)}, // unknown kinds survive: the engine rejects them
+		chainedEvent(false), chainedEvent(true),
+	}
+}
+
+// chainedEvent is a Stored event named as Dynamo engines name blocks: by the
+// router's own seq chain, which the codec stores without block hashes.
+func chainedEvent(withParent bool) engine.Event {
+	ev := engine.Event{Worker: engine.WorkerKey{WorkerID: 9}, EventID: 13, Kind: engine.KindStored}
+	prev := uint64(0)
+	if withParent {
+		ev.HasParent, ev.ParentHash, prev = true, 0xfeedface, 0xfeedface
+	}
+	for i, th := range []uint64{11, 12, 13} {
+		bh := th
+		if i > 0 || withParent {
+			bh = engine.NextSeq(prev, th)
+		}
+		ev.Blocks = append(ev.Blocks, engine.Block{BlockHash: bh, TokensHash: th})
+		prev = bh
+	}
+	return ev
+}
+
+func TestChainedEventsStoreTokensHashesOnly(t *testing.T) {
+	for _, withParent := range []bool{false, true} {
+		ev := chainedEvent(withParent)
+		if !chained(&ev) {
+			t.Fatalf("parent %v: the event does not follow the chain", withParent)
+		}
+		plain := ev
+		plain.Blocks = append([]engine.Block(nil), ev.Blocks...)
+		plain.Blocks[2].BlockHash++
+		if chained(&plain) {
+			t.Fatal("a block off the chain was taken as chained")
+		}
+		a, b := appendEvent(nil, &ev), appendEvent(nil, &plain)
+		if len(b)-len(a) != 8*len(ev.Blocks) {
+			t.Fatalf("chained encoding %d bytes, plain %d: want 8 bytes a block saved", len(a), len(b))
+		}
 	}
 }
 
