@@ -130,10 +130,11 @@ type Options struct {
 	// OnCommit, if set, is called by the committer goroutine once per entry,
 	// in index order, after the entry is written (and synced under
 	// SyncAlways) and before its producers are answered: applying the
-	// events here makes the commit order the apply order. events belongs to
-	// the producers: do not keep it after returning. OnCommit must not call
-	// Append or Close.
-	OnCommit func(index uint64, events []engine.Event)
+	// events here makes the commit order the apply order. It may return one
+	// result per event (or nil): each producer gets its events' results from
+	// [Log.AppendResults]. events belongs to the producers: do not keep it
+	// after returning. OnCommit must not call Append or Close.
+	OnCommit func(index uint64, events []engine.Event) []error
 	// Logger receives repair and failure reports; default slog.Default().
 	Logger *slog.Logger
 	// DirLock, if set, is the directory's lock, already held (see
@@ -222,8 +223,9 @@ type commitItem struct {
 }
 
 type result struct {
-	index uint64
-	err   error
+	index   uint64
+	results []error // per event, from OnCommit; nil when it gave none
+	err     error
 }
 
 // Open opens (creating if needed) the log in dir: it takes the directory
@@ -363,34 +365,42 @@ func (l *Log) Dir() string { return l.dir }
 // with an error wrapping ErrFenced and the cause; the failed batch itself
 // may or may not be on disk after a crash.
 func (l *Log) Append(ctx context.Context, events []engine.Event, positions []Position) (uint64, error) {
+	index, _, err := l.AppendResults(ctx, events, positions)
+	return index, err
+}
+
+// AppendResults is [Log.Append] that also returns what [Options.OnCommit]
+// returned for this batch's events (nil if it returned nothing), e.g. the
+// events the index rejected.
+func (l *Log) AppendResults(ctx context.Context, events []engine.Event, positions []Position) (uint64, []error, error) {
 	if err := ctx.Err(); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	if err := l.fenced(); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	r := &request{events: events, positions: positions, done: make(chan result, 1)}
 	l.closeMu.Lock()
 	if l.closed {
 		l.closeMu.Unlock()
-		return 0, fmt.Errorf("wal %s: %w", l.dir, ErrClosed)
+		return 0, nil, fmt.Errorf("wal %s: %w", l.dir, ErrClosed)
 	}
 	select {
 	case l.queue <- r:
 	default:
 		l.closeMu.Unlock()
-		return 0, fmt.Errorf("wal %s: %d batches pending: %w", l.dir, l.opts.MaxPending, ErrOverloaded)
+		return 0, nil, fmt.Errorf("wal %s: %d batches pending: %w", l.dir, l.opts.MaxPending, ErrOverloaded)
 	}
 	l.closeMu.Unlock()
 	select {
 	case res := <-r.done:
-		return res.index, res.err
+		return res.index, res.results, res.err
 	case <-ctx.Done():
 		if r.state.CompareAndSwap(reqPending, reqCancelled) {
-			return 0, ctx.Err()
+			return 0, nil, ctx.Err()
 		}
 		res := <-r.done
-		return res.index, res.err
+		return res.index, res.results, res.err
 	}
 }
 
@@ -574,6 +584,7 @@ func (l *Log) finish(it *commitItem) {
 	l.entries.Add(1)
 	l.events.Add(uint64(it.nev))
 	l.appends.Add(uint64(len(it.reqs)))
+	var results []error
 	if l.opts.OnCommit != nil {
 		events := it.reqs[0].events
 		if len(it.reqs) > 1 {
@@ -582,9 +593,17 @@ func (l *Log) finish(it *commitItem) {
 				events = append(events, r.events...)
 			}
 		}
-		l.opts.OnCommit(it.index, events)
+		results = l.opts.OnCommit(it.index, events)
 	}
-	answer(it.reqs, it.index, nil)
+	if len(results) != it.nev {
+		answer(it.reqs, it.index, nil)
+		return
+	}
+	for _, r := range it.reqs {
+		n := len(r.events)
+		r.done <- result{index: it.index, results: results[:n:n]}
+		results = results[n:]
+	}
 }
 
 // syncLoop is the syncer goroutine (SyncAlways): it fsyncs once for every
@@ -675,7 +694,7 @@ func (l *Log) rolled(n int) (before, after bool) {
 
 func answer(rs []*request, index uint64, err error) {
 	for _, r := range rs {
-		r.done <- result{index, err}
+		r.done <- result{index: index, err: err}
 	}
 }
 

@@ -199,7 +199,8 @@ func TestConcurrentProducersSyncedBeforeAck(t *testing.T) {
 	var applied atomic.Uint64
 	var lastApplied uint64
 	o := quietOpts()
-	o.OnCommit = func(index uint64, events []engine.Event) {
+	errOdd := errors.New("odd event id")
+	o.OnCommit = func(index uint64, events []engine.Event) []error {
 		if index != lastApplied+1 {
 			t.Errorf("OnCommit index %d after %d", index, lastApplied)
 		}
@@ -208,6 +209,14 @@ func TestConcurrentProducersSyncedBeforeAck(t *testing.T) {
 		}
 		lastApplied = index
 		applied.Store(index)
+		// Per-event results travel back to each producer.
+		results := make([]error, len(events))
+		for i, ev := range events {
+			if ev.EventID%2 == 1 {
+				results[i] = fmt.Errorf("worker %d event %d: %w", ev.Worker.WorkerID, ev.EventID, errOdd)
+			}
+		}
+		return results
 	}
 	l := openHooked(t, dir, o, hs)
 	const producers, perProducer = 16, 60
@@ -216,10 +225,14 @@ func TestConcurrentProducersSyncedBeforeAck(t *testing.T) {
 		wg.Go(func() {
 			for i := range perProducer {
 				evs := []engine.Event{storedEvent(uint64(p), uint64(2*i)), storedEvent(uint64(p), uint64(2*i+1))}
-				idx, err := l.Append(context.Background(), evs, []Position{{fmt.Sprint(p), uint64(i)}})
+				idx, results, err := l.AppendResults(context.Background(), evs, []Position{{fmt.Sprint(p), uint64(i)}})
 				if err != nil {
 					t.Error(err)
 					return
+				}
+				if len(results) != 2 || results[0] != nil || !errors.Is(results[1], errOdd) ||
+					!strings.Contains(results[1].Error(), fmt.Sprintf("worker %d event %d:", p, 2*i+1)) {
+					t.Errorf("producer %d batch %d: results %v", p, i, results)
 				}
 				if s := hs.synced.Load(); s < idx {
 					t.Errorf("producer %d answered for entry %d, synced only to %d", p, idx, s)
