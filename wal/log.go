@@ -130,11 +130,13 @@ type Options struct {
 	// OnCommit, if set, is called by the committer goroutine once per entry,
 	// in index order, after the entry is written (and synced under
 	// SyncAlways) and before its producers are answered: applying the
-	// events here makes the commit order the apply order. It may return one
-	// result per event (or nil): each producer gets its events' results from
-	// [Log.AppendResults]. events belongs to the producers: do not keep it
-	// after returning. OnCommit must not call Append or Close.
-	OnCommit func(index uint64, events []engine.Event) []error
+	// events here makes the commit order the apply order. The entry holds
+	// every event and the merged positions, as [Log.Entries] would read
+	// them. OnCommit may return one result per event (or nil): each producer
+	// gets its events' results from [Log.AppendResults]. The entry's slices
+	// belong to the producers: do not keep them after returning. OnCommit
+	// must not call Append or Close.
+	OnCommit func(e Entry) []error
 	// Logger receives repair and failure reports; default slog.Default().
 	Logger *slog.Logger
 	// DirLock, if set, is the directory's lock, already held (see
@@ -217,9 +219,10 @@ type request struct {
 
 // commitItem is one written entry awaiting its sync (SyncAlways).
 type commitItem struct {
-	index uint64
-	reqs  []*request
-	nev   int
+	index     uint64
+	reqs      []*request
+	nev       int
+	positions []Position
 }
 
 type result struct {
@@ -543,7 +546,7 @@ func (l *Log) commit(batch []*request) {
 		return
 	}
 	l.bytes.Add(uint64(len(data)))
-	item := &commitItem{index: index, reqs: append([]*request(nil), taken...), nev: nev}
+	item := &commitItem{index: index, reqs: append([]*request(nil), taken...), nev: nev, positions: positions}
 	if l.toSync != nil {
 		l.toSync <- item // the syncer answers once the entry is synced
 		return
@@ -593,7 +596,7 @@ func (l *Log) finish(it *commitItem) {
 				events = append(events, r.events...)
 			}
 		}
-		results = l.opts.OnCommit(it.index, events)
+		results = l.opts.OnCommit(Entry{Index: it.index, Events: events, Positions: it.positions})
 	}
 	if len(results) != it.nev {
 		answer(it.reqs, it.index, nil)

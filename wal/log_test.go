@@ -200,7 +200,11 @@ func TestConcurrentProducersSyncedBeforeAck(t *testing.T) {
 	var lastApplied uint64
 	o := quietOpts()
 	errOdd := errors.New("odd event id")
-	o.OnCommit = func(index uint64, events []engine.Event) []error {
+	o.OnCommit = func(e Entry) []error {
+		index, events := e.Index, e.Events
+		if len(e.Positions) == 0 {
+			t.Errorf("OnCommit(%d): no positions", index)
+		}
 		if index != lastApplied+1 {
 			t.Errorf("OnCommit index %d after %d", index, lastApplied)
 		}
