@@ -1,0 +1,218 @@
+package snapshot
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/kvidx/kvidx/engine"
+)
+
+// checkBad loads b from a file and requires a clean ErrCorrupt naming the
+// file, or (when !mustFail) an index equal to want.
+func checkBad(t *testing.T, what string, b []byte, mustFail bool, want *engine.Index, qs [][]uint64) {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), FileName(9))
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := Load(context.Background(), p)
+	if err == nil {
+		if mustFail {
+			t.Fatalf("%s: loaded without error", what)
+		}
+		sameIndex(t, got, want, qs)
+		return
+	}
+	msg := err.Error()
+	if !errors.Is(err, ErrCorrupt) || !strings.HasPrefix(msg, "snapshot "+p+": ") || strings.Contains(msg, "goroutine ") {
+		t.Fatalf("%s: error %q is not a clean corrupt-snapshot error", what, msg)
+	}
+}
+
+func corruptFixture(t *testing.T) (*engine.Index, []byte, [][]uint64) {
+	rng := rand.New(rand.NewPCG(5, 5))
+	ix := bigIndex(rng, 40, 30)
+	p := writeSnap(t, t.TempDir(), ix, 9, WithChunkBytes(3000))
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ix, b, queries(rng)[:100]
+}
+
+func TestTruncated(t *testing.T) {
+	ix, b, qs := corruptFixture(t)
+	n := len(b)
+	if n < 8*pageSize {
+		t.Fatalf("fixture of %d bytes", n)
+	}
+	rng := rand.New(rand.NewPCG(1, 1))
+	offs := []int{0, 1, 100, pageSize, 2*pageSize - 1, 2 * pageSize, 3 * pageSize, 4 * pageSize, n / 2, n - pageSize - 17, n - pageSize, n - 1}
+	for range 10 {
+		offs = append(offs, rng.IntN(n), pageSize*rng.IntN(n/pageSize))
+	}
+	for _, off := range offs {
+		checkBad(t, "truncated at "+itoa(off), b[:off], true, ix, qs)
+	}
+	// Zeroed tail (a file whose last pages never reached the disk).
+	z := bytes.Clone(b)
+	clear(z[n-pageSize:])
+	checkBad(t, "zeroed last page", z, false, ix, qs)
+}
+
+func TestBitFlips(t *testing.T) {
+	ix, b, qs := corruptFixture(t)
+	// Flips inside chunk values (the data) must all be caught.
+	var vals [][]byte
+	db, err := bolt.Open(writeTemp(t, b), 0, &bolt.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketPlaces).ForEach(func(k, v []byte) error {
+			vals = append(vals, bytes.Clone(v))
+			return nil
+		})
+	})
+	db.Close()
+	if len(vals) < 3 {
+		t.Fatalf("fixture has %d chunks", len(vals))
+	}
+	rng := rand.New(rand.NewPCG(2, 2))
+	found := 0
+	for i, v := range vals {
+		at := bytes.Index(b, v)
+		if at < 0 {
+			continue // spread over non-contiguous pages; covered below
+		}
+		found++
+		for range 3 {
+			off := at + rng.IntN(len(v))
+			c := bytes.Clone(b)
+			c[off] ^= 1 << rng.IntN(8)
+			checkBad(t, "flip in chunk "+itoa(i)+" at "+itoa(off), c, true, ix, qs)
+		}
+	}
+	if found < 3 {
+		t.Fatalf("only %d of %d chunk values found in the file", found, len(vals))
+	}
+	// Flips anywhere: an error or an unchanged index, never a panic.
+	for range 150 {
+		off := rng.IntN(len(b))
+		c := bytes.Clone(b)
+		c[off] ^= 1 << rng.IntN(8)
+		checkBad(t, "flip at "+itoa(off), c, false, ix, qs)
+	}
+	// Flips in each meta page (bbolt checksums those and falls back to the
+	// other one, which predates the meta bucket's contents).
+	failed := 0
+	for page := range 2 {
+		for _, off := range []int{page*pageSize + 20, page*pageSize + 40, page*pageSize + 60} {
+			c := bytes.Clone(b)
+			c[off] ^= 0x10
+			p := writeTemp(t, c)
+			if _, _, err := Load(context.Background(), p); err != nil {
+				if !errors.Is(err, ErrCorrupt) {
+					t.Fatalf("meta flip at %d: %v", off, err)
+				}
+				failed++
+			}
+		}
+	}
+	if failed == 0 {
+		t.Fatal("no flip of a meta page was caught")
+	}
+	// Both meta pages broken.
+	c := bytes.Clone(b)
+	c[20] ^= 1
+	c[pageSize+20] ^= 1
+	checkBad(t, "both meta pages", c, true, ix, qs)
+}
+
+func writeTemp(t *testing.T, b []byte) string {
+	p := filepath.Join(t.TempDir(), FileName(9))
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// editMeta rewrites meta keys of a copy of the file with bbolt.
+func editMeta(t *testing.T, b []byte, edit func(mb *bolt.Bucket) error) []byte {
+	p := writeTemp(t, b)
+	db, err := bolt.Open(p, 0o644, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error { return edit(tx.Bucket(bucketMeta)) }); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	out, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestBadMeta(t *testing.T) {
+	ix, b, qs := corruptFixture(t)
+	u32 := func(x uint32) []byte { return binary.BigEndian.AppendUint32(nil, x) }
+	cases := []struct {
+		name, want string
+		edit       func(mb *bolt.Bucket) error
+	}{
+		{"wrong version", "unknown format version 2 (this build reads 1)", func(mb *bolt.Bucket) error { return mb.Put([]byte(metaFormat), u32(2)) }},
+		{"missing key", "meta incomplete: no entries", func(mb *bolt.Bucket) error { return mb.Delete([]byte(metaEntries)) }},
+		{"edited count", "meta checksum mismatch", func(mb *bolt.Bucket) error {
+			return mb.Put([]byte(metaEntries), binary.BigEndian.AppendUint64(nil, 3))
+		}},
+		{"no meta", "no meta bucket", func(mb *bolt.Bucket) error { return mb.Tx().DeleteBucket(bucketMeta) }},
+	}
+	for _, c := range cases {
+		bad := editMeta(t, b, c.edit)
+		p := writeTemp(t, bad)
+		_, _, err := Load(context.Background(), p)
+		if !errors.Is(err, ErrCorrupt) || err.Error() != "snapshot "+p+": "+c.want {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		checkBad(t, c.name, bad, true, ix, qs)
+	}
+	// Meta consistent but the data checksum differs.
+	bad := editMeta(t, b, func(mb *bolt.Bucket) error {
+		var mcrc uint32
+		kvs := map[string][]byte{}
+		c := mb.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			kvs[string(k)] = bytes.Clone(v)
+		}
+		kvs[metaChecksum] = u32(binary.BigEndian.Uint32(kvs[metaChecksum]) + 1)
+		delete(kvs, metaMetaChecksum)
+		c = mb.Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			if v, ok := kvs[string(k)]; ok {
+				mcrc = checksumUpdate(checksumUpdate(mcrc, k), v)
+			}
+		}
+		if err := mb.Put([]byte(metaChecksum), kvs[metaChecksum]); err != nil {
+			return err
+		}
+		return mb.Put([]byte(metaMetaChecksum), u32(mcrc))
+	})
+	p := writeTemp(t, bad)
+	if _, _, err := Load(context.Background(), p); err == nil || err.Error() != "snapshot "+p+": data checksum mismatch" {
+		t.Fatalf("data checksum: %v", err)
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

@@ -1,0 +1,136 @@
+package snapshot
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// DefaultKeep is how many snapshots Prune keeps when asked to keep fewer than one.
+const DefaultKeep = 2
+
+// FileName returns the name of the snapshot of WAL index n:
+// snapshot-<n as 20 digits>.bolt, so names sort like indexes.
+func FileName(n uint64) string { return fmt.Sprintf("snapshot-%020d.bolt", n) }
+
+// ParseFileName returns the WAL index of a snapshot file name (not a path),
+// or false if name is not one.
+func ParseFileName(name string) (uint64, bool) {
+	s, ok := strings.CutPrefix(name, "snapshot-")
+	if !ok {
+		return 0, false
+	}
+	s, ok = strings.CutSuffix(s, ".bolt")
+	if !ok || len(s) != 20 {
+		return 0, false
+	}
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	return n, err == nil
+}
+
+// isTemp reports whether name is a temporary file left by Write.
+func isTemp(name string) bool {
+	return strings.HasPrefix(name, ".snapshot-") && strings.Contains(name, ".tmp-")
+}
+
+// File is one published snapshot in a directory.
+type File struct {
+	Path  string
+	Index uint64 // WAL index
+	Size  int64
+}
+
+// List returns the published snapshots in dir, newest (highest WAL index)
+// first. It does not open them. A missing dir holds no snapshot.
+func List(dir string) ([]File, error) {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("snapshot dir %s: %w", dir, err)
+	}
+	var out []File
+	for _, e := range ents {
+		n, ok := ParseFileName(e.Name())
+		if !ok || !e.Type().IsRegular() {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			return nil, fmt.Errorf("snapshot dir %s: %w", dir, err)
+		}
+		out = append(out, File{Path: filepath.Join(dir, e.Name()), Index: n, Size: fi.Size()})
+	}
+	slices.SortFunc(out, func(a, b File) int { return cmp.Compare(b.Index, a.Index) })
+	return out, nil
+}
+
+// Prune deletes all but the newest keep snapshots of dir (DefaultKeep when
+// keep < 1) and returns the deleted paths. Call it only after the newest
+// snapshot is published.
+func Prune(dir string, keep int) ([]string, error) {
+	if keep < 1 {
+		keep = DefaultKeep
+	}
+	files, err := List(dir)
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	for _, f := range files[min(keep, len(files)):] {
+		if err := os.Remove(f.Path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return removed, fmt.Errorf("snapshot %s: prune: %w", f.Path, err)
+		}
+		removed = append(removed, f.Path)
+	}
+	if len(removed) > 0 {
+		if err := syncDir(dir); err != nil {
+			return removed, fmt.Errorf("snapshot dir %s: %w", dir, err)
+		}
+	}
+	return removed, nil
+}
+
+// CleanTemp deletes the temporary files that interrupted writes left in dir
+// and returns their paths. Call it when no Write into dir is running (at
+// startup, before recovery).
+func CleanTemp(dir string) ([]string, error) {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("snapshot dir %s: %w", dir, err)
+	}
+	var removed []string
+	for _, e := range ents {
+		if !isTemp(e.Name()) || e.IsDir() {
+			continue
+		}
+		p := filepath.Join(dir, e.Name())
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return removed, fmt.Errorf("snapshot %s: clean: %w", p, err)
+		}
+		removed = append(removed, p)
+	}
+	if len(removed) > 0 {
+		if err := syncDir(dir); err != nil {
+			return removed, fmt.Errorf("snapshot dir %s: %w", dir, err)
+		}
+	}
+	return removed, nil
+}

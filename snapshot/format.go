@@ -1,0 +1,443 @@
+package snapshot
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"math"
+
+	"github.com/golang/snappy"
+
+	"github.com/kvidx/kvidx/engine"
+)
+
+// FormatVersion is the version of the file layout this package writes and
+// the only one it reads.
+const FormatVersion = 1
+
+// SeqRule names the router sequence chain the engine computes (see
+// [engine.NextSeq]). A file written under another rule is rejected.
+const SeqRule = "xxh3-64(seed=1337, le64(parent_seq) || le64(tokens_hash)); first seq = tokens_hash"
+
+// pageSize is the bbolt page size of every snapshot file, fixed so that a
+// reader can check a file's size before handing it to bbolt.
+const pageSize = 4096
+
+// Bucket names.
+var (
+	bucketMeta    = []byte("meta")
+	bucketWorkers = []byte("workers")
+	bucketPlaces  = []byte("places")
+)
+
+// Keys of the meta bucket. Every one is required.
+const (
+	metaFormat       = "format"        // uint32 big-endian
+	metaWALIndex     = "wal_index"     // uint64 big-endian
+	metaCreated      = "created"       // int64 big-endian, Unix nanoseconds
+	metaHashSeed     = "hash_seed"     // uint64 big-endian
+	metaSeqRule      = "seq_rule"      // string, == SeqRule
+	metaEntries      = "entries"       // uint64 big-endian
+	metaHolderBlocks = "holder_blocks" // uint64 big-endian
+	metaWorkerKeys   = "worker_keys"   // uint64 big-endian
+	metaPlaces       = "places"        // uint64 big-endian
+	metaChunks       = "chunks"        // uint64 big-endian
+	metaCounters     = "counters"      // JSON engine.Counters
+	metaSources      = "sources"       // JSON []Source
+	metaChecksum     = "checksum"      // uint32 big-endian CRC-32C, see checksum
+	metaMetaChecksum = "meta_checksum" // uint32 big-endian CRC-32C of every other meta key and value, in key order
+)
+
+// workersKey is the one key of the workers bucket: the worker-key table, 12
+// bytes per worker index (WorkerID uint64, DPRank uint32, big-endian), sorted.
+var workersKey = []byte("table")
+
+const workerRecLen = 12
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// The data checksum is CRC-32C over the worker table value, then every
+// chunk's key and value in key order.
+func checksumUpdate(crc uint32, b []byte) uint32 { return crc32.Update(crc, castagnoli, b) }
+
+// A chunk key is the position of its first place and the chunk's sequence
+// number (0, 1, 2, ... in file order), both big-endian uint32: keys sort in
+// position order and never collide.
+func chunkKey(firstPos, seq uint32) []byte {
+	k := make([]byte, 8)
+	binary.BigEndian.PutUint32(k, firstPos)
+	binary.BigEndian.PutUint32(k[4:], seq)
+	return k
+}
+
+func parseChunkKey(k []byte) (firstPos, seq uint32, err error) {
+	if len(k) != 8 {
+		return 0, 0, fmt.Errorf("chunk key of %d bytes", len(k))
+	}
+	return binary.BigEndian.Uint32(k), binary.BigEndian.Uint32(k[4:]), nil
+}
+
+// chunkHeader is the uncompressed head of a chunk value; the snappy block of
+// the places follows it.
+//
+//	uvarint last position
+//	uvarint ordinal of the first place (places are numbered 1, 2, ... in file order)
+//	uvarint number of places
+//	uvarint number of holder-blocks
+//
+// The snappy-decoded body is, per place:
+//
+//	uvarint position - previous position (the first place: - the key's first position)
+//	uvarint ordinal - parent ordinal, or 0 when the place has no parent
+//	8 bytes tokens hash, little-endian
+//	8 bytes seq, little-endian
+//	uvarint number of holders (>= 1)
+//	per holder, in worker-index order:
+//	  uvarint (worker index - previous worker index - 1) << 1 | (1 if more than one block hash)
+//	  [uvarint number of block hashes - 2, when flagged]
+//	  8 bytes per block hash, little-endian
+type chunkHeader struct {
+	lastPos      uint32
+	firstOrd     uint64
+	places       int
+	holderBlocks int
+	body         []byte // the snappy block
+}
+
+func appendChunkHeader(dst []byte, h chunkHeader) []byte {
+	dst = binary.AppendUvarint(dst, uint64(h.lastPos))
+	dst = binary.AppendUvarint(dst, h.firstOrd)
+	dst = binary.AppendUvarint(dst, uint64(h.places))
+	dst = binary.AppendUvarint(dst, uint64(h.holderBlocks))
+	return dst
+}
+
+func parseChunkHeader(v []byte) (chunkHeader, error) {
+	var h chunkHeader
+	var vals [4]uint64
+	for i := range vals {
+		x, n := binary.Uvarint(v)
+		if n <= 0 {
+			return h, errors.New("chunk header truncated")
+		}
+		vals[i], v = x, v[n:]
+	}
+	if vals[0] > math.MaxUint32 || vals[1] == 0 || vals[1] > math.MaxUint32 || vals[2] == 0 || vals[2] > math.MaxUint32 || vals[3] > math.MaxInt32 {
+		return h, errors.New("chunk header out of range")
+	}
+	h.lastPos, h.firstOrd, h.places, h.holderBlocks, h.body = uint32(vals[0]), vals[1], int(vals[2]), int(vals[3]), v
+	return h, nil
+}
+
+// encoder builds chunk bodies from place records.
+type encoder struct {
+	seq      uint32 // chunk number
+	body     []byte
+	firstPos uint32
+	lastPos  uint32
+	firstOrd uint64
+	places   int
+	hbs      int
+}
+
+func (e *encoder) reset(ord uint64) {
+	e.body = e.body[:0]
+	e.places, e.hbs, e.firstOrd = 0, 0, ord
+}
+
+// add encodes one place. ord is its ordinal, parentOrd its parent's (0: none);
+// widx maps each holder to its worker index.
+func (e *encoder) add(rec *engine.PlaceRecord, ord, parentOrd uint64, widx func(engine.WorkerKey) (uint32, bool)) error {
+	prev := e.lastPos
+	if e.places == 0 {
+		e.firstPos, prev = rec.Position, rec.Position
+	}
+	b := e.body
+	b = binary.AppendUvarint(b, uint64(rec.Position-prev))
+	var pd uint64
+	if parentOrd != 0 {
+		pd = ord - parentOrd
+	}
+	b = binary.AppendUvarint(b, pd)
+	b = binary.LittleEndian.AppendUint64(b, rec.TokensHash)
+	b = binary.LittleEndian.AppendUint64(b, rec.Seq)
+	b = binary.AppendUvarint(b, uint64(len(rec.Holders)))
+	prevW := int64(-1)
+	for i := range rec.Holders {
+		h := &rec.Holders[i]
+		w, ok := widx(h.Worker)
+		if !ok {
+			return fmt.Errorf("place at position %d: holder %v not in the worker table", rec.Position, h.Worker)
+		}
+		if int64(w) <= prevW {
+			return fmt.Errorf("place at position %d: holders not sorted by worker key", rec.Position)
+		}
+		n := len(h.BlockHashes)
+		if n == 0 {
+			return fmt.Errorf("place at position %d: holder %v without block hash", rec.Position, h.Worker)
+		}
+		x := uint64(int64(w)-prevW-1) << 1
+		if n > 1 {
+			x |= 1
+		}
+		b = binary.AppendUvarint(b, x)
+		if n > 1 {
+			b = binary.AppendUvarint(b, uint64(n-2))
+		}
+		for _, bh := range h.BlockHashes {
+			b = binary.LittleEndian.AppendUint64(b, bh)
+		}
+		prevW = int64(w)
+		e.hbs += n
+	}
+	e.body = b
+	e.lastPos = rec.Position
+	e.places++
+	return nil
+}
+
+// value returns the chunk value: header and snappy block, in a new slice
+// (bbolt keeps values until the transaction commits).
+func (e *encoder) value() []byte {
+	h := chunkHeader{lastPos: e.lastPos, firstOrd: e.firstOrd, places: e.places, holderBlocks: e.hbs}
+	v := make([]byte, 0, 4*binary.MaxVarintLen64+snappy.MaxEncodedLen(len(e.body)))
+	v = appendChunkHeader(v, h)
+	enc := snappy.Encode(v[len(v):cap(v)], e.body)
+	return v[:len(v)+len(enc)]
+}
+
+// decoder decodes chunks back into place records, checking everything that
+// does not need the engine: order, ranges, references, counts.
+type decoder struct {
+	workers []engine.WorkerKey
+	sel     []bool // selected worker indices; nil: all
+
+	raw     []byte
+	rec     engine.PlaceRecord
+	holders []engine.HolderRecord
+	hashes  []uint64
+
+	// Running state across chunks, in file order.
+	hasPrev     bool
+	prevPos     uint32
+	entries     entryCounter
+	nextOrd     uint64
+	hbs, places int
+}
+
+// entryCounter counts entries (distinct (position, tokens hash) pairs) of
+// places that come in position order, in any order within a position: a
+// hash set of the current position's tokens hashes, emptied by bumping a
+// generation number.
+type entryCounter struct {
+	pos   uint32
+	n     int      // entries so far
+	keys  []uint64 // open addressing, len a power of two
+	gens  []uint32 // slot is in the set when gens[i] == gen
+	gen   uint32
+	count int // keys in the set
+}
+
+func (c *entryCounter) add(pos uint32, th uint64) {
+	if pos != c.pos || c.gen == 0 {
+		c.pos = pos
+		c.gen++
+		c.count = 0
+		if c.gen == 0 { // wrapped
+			clear(c.gens)
+			c.gen = 1
+		}
+	}
+	if 2*(c.count+1) > len(c.keys) {
+		c.grow()
+	}
+	if c.insert(th) {
+		c.count++
+		c.n++
+	}
+}
+
+func (c *entryCounter) insert(th uint64) bool {
+	mask := uint64(len(c.keys) - 1)
+	for i := (th * 0x9E3779B97F4A7C15) >> 32 & mask; ; i = (i + 1) & mask {
+		if c.gens[i] != c.gen {
+			c.keys[i], c.gens[i] = th, c.gen
+			return true
+		}
+		if c.keys[i] == th {
+			return false
+		}
+	}
+}
+
+func (c *entryCounter) grow() {
+	keys, gens := c.keys, c.gens
+	n := max(64, 2*len(keys))
+	c.keys, c.gens = make([]uint64, n), make([]uint32, n)
+	for i, g := range gens {
+		if g == c.gen {
+			c.insert(keys[i])
+		}
+	}
+}
+
+// total returns the entries counted so far.
+func (c *entryCounter) total() int { return c.n }
+
+// errStop ends a scan early, without error.
+var errStop = errors.New("stop")
+
+// chunk decodes one chunk and calls fn for every place with from <= position
+// <= to that has a selected holder (its Holders trimmed to the selected
+// ones). The record's ID is its ordinal, Parent its parent's ordinal. When
+// d.nextOrd is set, the chunk must start at that ordinal. An error from fn
+// ends the chunk and is returned as is.
+func (d *decoder) chunk(k, v []byte, from, to uint32, fn func(*engine.PlaceRecord) error) error {
+	firstPos, _, err := parseChunkKey(k)
+	if err != nil {
+		return err
+	}
+	h, err := parseChunkHeader(v)
+	if err != nil {
+		return err
+	}
+	if h.lastPos < firstPos {
+		return errors.New("chunk header: last position before first")
+	}
+	n, err := snappy.DecodedLen(h.body)
+	if err != nil {
+		return fmt.Errorf("chunk decompression: %w", err)
+	}
+	if n > 64<<20 {
+		return fmt.Errorf("chunk of %d bytes uncompressed", n)
+	}
+	if cap(d.raw) < n {
+		d.raw = make([]byte, n)
+	}
+	body, err := snappy.Decode(d.raw[:n], h.body)
+	if err != nil {
+		return fmt.Errorf("chunk decompression: %w", err)
+	}
+	if h.holderBlocks > len(body)/8 {
+		return errors.New("chunk header: holder-block count exceeds its data")
+	}
+	if d.nextOrd != 0 && h.firstOrd != d.nextOrd {
+		return fmt.Errorf("chunk starts at place %d, want %d: a chunk is missing or repeated", h.firstOrd, d.nextOrd)
+	}
+	if cap(d.hashes) < h.holderBlocks {
+		d.hashes = make([]uint64, 0, h.holderBlocks)
+	}
+	ord := h.firstOrd
+	pos := firstPos
+	hbs := 0
+	for i := 0; i < h.places; i++ {
+		var x uint64
+		if x, body, err = uvarint(body); err != nil {
+			return err
+		}
+		if uint64(pos)+x > uint64(h.lastPos) {
+			return errors.New("place position beyond the chunk's last position")
+		}
+		pos += uint32(x)
+		if i == 0 && x != 0 {
+			return errors.New("first place is not at the chunk key's position")
+		}
+		var pd uint64
+		if pd, body, err = uvarint(body); err != nil {
+			return err
+		}
+		if pd >= ord {
+			return fmt.Errorf("place %d: parent before the first place", ord)
+		}
+		if len(body) < 16 {
+			return errors.New("place truncated")
+		}
+		th := binary.LittleEndian.Uint64(body)
+		seq := binary.LittleEndian.Uint64(body[8:])
+		body = body[16:]
+		if d.hasPrev && pos < d.prevPos {
+			return fmt.Errorf("place %d out of position order", ord)
+		}
+		d.hasPrev, d.prevPos = true, pos
+		d.entries.add(pos, th)
+		var nh uint64
+		if nh, body, err = uvarint(body); err != nil {
+			return err
+		}
+		if nh == 0 || nh > uint64(len(body)) {
+			return fmt.Errorf("place %d: bad holder count %d", ord, nh)
+		}
+		d.holders = d.holders[:0]
+		d.hashes = d.hashes[:0]
+		w := int64(-1)
+		for range nh {
+			if x, body, err = uvarint(body); err != nil {
+				return err
+			}
+			w += int64(x>>1) + 1
+			if w >= int64(len(d.workers)) {
+				return fmt.Errorf("place %d: worker index %d outside the worker table", ord, w)
+			}
+			nb := uint64(1)
+			if x&1 != 0 {
+				if nb, body, err = uvarint(body); err != nil {
+					return err
+				}
+				nb += 2
+			}
+			if nb > uint64(len(body)/8) {
+				return errors.New("place truncated")
+			}
+			hbs += int(nb)
+			if hbs > h.holderBlocks {
+				return errors.New("more holder-blocks than the chunk header says")
+			}
+			if d.sel != nil && !d.sel[w] {
+				body = body[8*nb:]
+				continue
+			}
+			start := len(d.hashes)
+			for j := uint64(0); j < nb; j++ {
+				d.hashes = append(d.hashes, binary.LittleEndian.Uint64(body[8*j:]))
+			}
+			body = body[8*nb:]
+			d.holders = append(d.holders, engine.HolderRecord{Worker: d.workers[w], BlockHashes: d.hashes[start:len(d.hashes):len(d.hashes)]})
+		}
+		var parent uint32
+		if pd != 0 {
+			parent = uint32(ord - pd)
+		}
+		if len(d.holders) > 0 && pos >= from && pos <= to {
+			d.rec = engine.PlaceRecord{ID: uint32(ord), Parent: parent, Position: pos, TokensHash: th, Seq: seq, Holders: d.holders}
+			if err := fn(&d.rec); err != nil {
+				return err
+			}
+		}
+		ord++
+	}
+	if len(body) != 0 {
+		return errors.New("trailing bytes after the chunk's places")
+	}
+	if pos != h.lastPos {
+		return errors.New("chunk header: last position does not match its places")
+	}
+	if hbs != h.holderBlocks {
+		return errors.New("chunk header: holder-block count does not match its places")
+	}
+	if ord > math.MaxUint32+1 {
+		return errors.New("more than 2^32-1 places")
+	}
+	d.nextOrd = ord
+	d.places += h.places
+	d.hbs += hbs
+	return nil
+}
+
+func uvarint(b []byte) (uint64, []byte, error) {
+	x, n := binary.Uvarint(b)
+	if n <= 0 {
+		return 0, nil, errors.New("place truncated")
+	}
+	return x, b[n:], nil
+}

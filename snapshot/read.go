@@ -1,0 +1,399 @@
+package snapshot
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"runtime/debug"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/kvidx/kvidx/engine"
+)
+
+// ErrCorrupt matches (with errors.Is) every error about a file that is not a
+// sound snapshot: recovery falls back to an older one.
+var ErrCorrupt = errors.New("corrupt snapshot")
+
+type corruptError struct{ path, defect string }
+
+func (e *corruptError) Error() string        { return fmt.Sprintf("snapshot %s: %s", e.path, e.defect) }
+func (e *corruptError) Is(target error) bool { return target == ErrCorrupt }
+
+func corrupt(path, format string, args ...any) error {
+	return &corruptError{path: path, defect: fmt.Sprintf(format, args...)}
+}
+
+// Reader reads one snapshot file without loading it: its meta, its worker
+// table, and places by position range. Open checks the meta and the worker
+// table; only Load and Verify read (and check) all the data.
+type Reader struct {
+	path    string
+	size    int64
+	db      *bolt.DB
+	meta    Meta
+	workers []engine.WorkerKey
+}
+
+// Open opens a snapshot read-only and checks its meta and worker table.
+func Open(path string) (r *Reader, err error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %s: %w", path, err)
+	}
+	if sz := fi.Size(); sz < 4*pageSize || sz%pageSize != 0 || sz > math.MaxInt {
+		return nil, corrupt(path, "file size %d is not a whole number of at least 4 pages of %d bytes (truncated?)", sz, pageSize)
+	}
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if p := recover(); p != nil {
+			if r != nil {
+				r.db.Close()
+			}
+			r, err = nil, corrupt(path, "unreadable (bbolt panicked: %v)", p)
+		}
+	}()
+	db, err := bolt.Open(path, 0, &bolt.Options{ReadOnly: true, Timeout: time.Second, InitialMmapSize: int(fi.Size())})
+	if err != nil {
+		if errors.Is(err, bolt.ErrInvalid) || errors.Is(err, bolt.ErrChecksum) || errors.Is(err, bolt.ErrVersionMismatch) {
+			return nil, corrupt(path, "%v", err)
+		}
+		return nil, fmt.Errorf("snapshot %s: %w", path, err)
+	}
+	r = &Reader{path: path, db: db, size: fi.Size()}
+	if err := db.View(r.readHead); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// readHead reads and checks the meta bucket and the worker table.
+func (r *Reader) readHead(tx *bolt.Tx) error {
+	path := r.path
+	if hwm := tx.Size(); hwm > r.size {
+		return corrupt(path, "file of %d bytes, its pages reach %d (truncated)", r.size, hwm)
+	}
+	mb := tx.Bucket(bucketMeta)
+	if mb == nil {
+		return corrupt(path, "no meta bucket")
+	}
+	get := func(k string, n int) ([]byte, error) {
+		v := mb.Get([]byte(k))
+		if v == nil {
+			return nil, corrupt(path, "meta incomplete: no %s", k)
+		}
+		if n > 0 && len(v) != n {
+			return nil, corrupt(path, "meta %s: %d bytes, want %d", k, len(v), n)
+		}
+		return v, nil
+	}
+	u64 := func(k string) (uint64, error) {
+		v, err := get(k, 8)
+		if err != nil {
+			return 0, err
+		}
+		return binary.BigEndian.Uint64(v), nil
+	}
+	v, err := get(metaFormat, 4)
+	if err != nil {
+		return err
+	}
+	if ver := binary.BigEndian.Uint32(v); ver != FormatVersion {
+		return corrupt(path, "unknown format version %d (this build reads %d)", ver, FormatVersion)
+	}
+	for _, k := range []string{metaWALIndex, metaCreated, metaHashSeed, metaSeqRule, metaEntries, metaHolderBlocks,
+		metaWorkerKeys, metaPlaces, metaChunks, metaCounters, metaSources, metaChecksum} {
+		if _, err := get(k, 0); err != nil {
+			return err
+		}
+	}
+	want, err := get(metaMetaChecksum, 4)
+	if err != nil {
+		return err
+	}
+	var mcrc uint32
+	c := mb.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		if string(k) != metaMetaChecksum {
+			mcrc = checksumUpdate(checksumUpdate(mcrc, k), v)
+		}
+	}
+	if mcrc != binary.BigEndian.Uint32(want) {
+		return corrupt(path, "meta checksum mismatch")
+	}
+	m := &r.meta
+	m.Version = FormatVersion
+	if m.Index, err = u64(metaWALIndex); err != nil {
+		return err
+	}
+	created, err := u64(metaCreated)
+	if err != nil {
+		return err
+	}
+	m.Created = time.Unix(0, int64(created))
+	seed, err := u64(metaHashSeed)
+	if err != nil {
+		return err
+	}
+	if seed != engine.Seed {
+		return corrupt(path, "hash seed %d, this build hashes with %d", seed, uint64(engine.Seed))
+	}
+	if v, err = get(metaSeqRule, 0); err != nil {
+		return err
+	}
+	if string(v) != SeqRule {
+		return corrupt(path, "sequence rule %q, this build chains %q", v, SeqRule)
+	}
+	var counts [5]uint64
+	for i, k := range []string{metaEntries, metaHolderBlocks, metaWorkerKeys, metaPlaces, metaChunks} {
+		if counts[i], err = u64(k); err != nil {
+			return err
+		}
+		if counts[i] > math.MaxUint32 {
+			return corrupt(path, "meta %s: %d out of range", k, counts[i])
+		}
+	}
+	m.Stats.Entries, m.Stats.HolderBlocks, m.Stats.WorkerKeys = int(counts[0]), int(counts[1]), int(counts[2])
+	m.Places, m.Chunks = int(counts[3]), int(counts[4])
+	if v, err = get(metaCounters, 0); err != nil {
+		return err
+	}
+	if err := json.Unmarshal(v, &m.Stats.Counters); err != nil {
+		return corrupt(path, "meta counters: %v", err)
+	}
+	if v, err = get(metaSources, 0); err != nil {
+		return err
+	}
+	if err := json.Unmarshal(v, &m.Sources); err != nil {
+		return corrupt(path, "meta sources: %v", err)
+	}
+	if v, err = get(metaChecksum, 4); err != nil {
+		return err
+	}
+	m.Checksum = binary.BigEndian.Uint32(v)
+
+	wb := tx.Bucket(bucketWorkers)
+	if wb == nil {
+		return corrupt(path, "no workers bucket")
+	}
+	table := wb.Get(workersKey)
+	if table == nil || len(table) != workerRecLen*m.Stats.WorkerKeys {
+		return corrupt(path, "worker table of %d bytes, want %d worker keys", len(table), m.Stats.WorkerKeys)
+	}
+	r.workers = make([]engine.WorkerKey, m.Stats.WorkerKeys)
+	for i := range r.workers {
+		rec := table[workerRecLen*i:]
+		r.workers[i] = engine.WorkerKey{WorkerID: binary.BigEndian.Uint64(rec), DPRank: binary.BigEndian.Uint32(rec[8:])}
+		if i > 0 && !lessKey(r.workers[i-1], r.workers[i]) {
+			return corrupt(path, "worker table not sorted")
+		}
+	}
+	if tx.Bucket(bucketPlaces) == nil {
+		return corrupt(path, "no places bucket")
+	}
+	return nil
+}
+
+func lessKey(a, b engine.WorkerKey) bool {
+	return a.WorkerID < b.WorkerID || a.WorkerID == b.WorkerID && a.DPRank < b.DPRank
+}
+
+// Path returns the file's path.
+func (r *Reader) Path() string { return r.path }
+
+// Meta returns the snapshot's meta.
+func (r *Reader) Meta() Meta { return r.meta }
+
+// Workers returns the worker-key table (worker index -> key), sorted.
+func (r *Reader) Workers() []engine.WorkerKey { return r.workers }
+
+// Close closes the file.
+func (r *Reader) Close() error { return r.db.Close() }
+
+// Scan calls yield for every place with from <= Position <= to, in file
+// order, reading only the chunks that can hold such places. When workers is
+// not empty, only places held by one of them are yielded, with Holders
+// trimmed to them. A record's ID is the place's ordinal in the file and its
+// Parent the parent's ordinal (0: none). The record is reused between calls.
+// Scan checks each chunk it reads, but not the data checksum (see Verify).
+func (r *Reader) Scan(ctx context.Context, from, to uint32, workers []engine.WorkerKey, yield func(*engine.PlaceRecord) bool) error {
+	if from > to {
+		return nil
+	}
+	d := &decoder{workers: r.workers}
+	if len(workers) > 0 {
+		d.sel = make([]bool, len(r.workers))
+		for _, w := range workers {
+			for i, k := range r.workers {
+				if k == w {
+					d.sel[i] = true
+				}
+			}
+		}
+	}
+	return r.view(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketPlaces).Cursor()
+		// The first chunk at or after from, or an earlier one still reaching it.
+		start, _ := c.Seek(chunkKey(from, 0))
+		var pk, pv []byte
+		if start == nil {
+			pk, pv = c.Last()
+		} else {
+			pk, pv = c.Prev()
+		}
+		for pk != nil {
+			h, err := parseChunkHeader(pv)
+			if err != nil {
+				return corrupt(r.path, "chunk %x: %v", pk, err)
+			}
+			if h.lastPos < from {
+				break
+			}
+			start = pk
+			pk, pv = c.Prev()
+		}
+		if start == nil {
+			return nil
+		}
+		k, v := c.Seek(start)
+		stopped := false
+		for ; k != nil; k, v = c.Next() {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("snapshot %s: %w", r.path, err)
+			}
+			if first, _, err := parseChunkKey(k); err == nil && first > to {
+				break
+			}
+			d.hasPrev, d.nextOrd = false, 0 // chunks are checked one by one
+			err := d.chunk(k, v, from, to, func(rec *engine.PlaceRecord) error {
+				if !yield(rec) {
+					stopped = true
+					return errStop
+				}
+				return nil
+			})
+			if stopped {
+				return nil
+			}
+			if err != nil {
+				return corrupt(r.path, "chunk %x: %v", k, err)
+			}
+		}
+		return nil
+	})
+}
+
+// view runs fn in a read transaction, turning a bbolt panic (a damaged
+// file) into an error.
+func (r *Reader) view(fn func(*bolt.Tx) error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if p := recover(); p != nil {
+			err = corrupt(r.path, "unreadable (bbolt panicked: %v)", p)
+		}
+	}()
+	return r.db.View(fn)
+}
+
+// each decodes every chunk in order, checking the whole file: chunk order
+// and sequence, the data checksum and the meta's counts. fn sees every place.
+func (r *Reader) each(ctx context.Context, fn func(*engine.PlaceRecord) error) error {
+	d := &decoder{workers: r.workers, nextOrd: 1}
+	var fnErr error
+	err := r.view(func(tx *bolt.Tx) error {
+		crc := checksumUpdate(0, tx.Bucket(bucketWorkers).Get(workersKey))
+		c := tx.Bucket(bucketPlaces).Cursor()
+		var seq uint32
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			if seq&15 == 0 {
+				if err := ctx.Err(); err != nil {
+					return fmt.Errorf("snapshot %s: %w", r.path, err)
+				}
+			}
+			if v == nil {
+				return corrupt(r.path, "places bucket holds a nested bucket %x", k)
+			}
+			crc = checksumUpdate(checksumUpdate(crc, k), v)
+			_, s, err := parseChunkKey(k)
+			if err != nil {
+				return corrupt(r.path, "%v", err)
+			}
+			if s != seq {
+				return corrupt(r.path, "chunk %x: sequence number %d, want %d", k, s, seq)
+			}
+			seq++
+			if err := d.chunk(k, v, 0, math.MaxUint32, func(rec *engine.PlaceRecord) error {
+				if err := fn(rec); err != nil {
+					fnErr = err
+					return err
+				}
+				return nil
+			}); err != nil {
+				if fnErr != nil {
+					return fnErr
+				}
+				return corrupt(r.path, "chunk %x: %v", k, err)
+			}
+		}
+		m := r.meta
+		if crc != m.Checksum {
+			return corrupt(r.path, "data checksum mismatch")
+		}
+		switch {
+		case int(seq) != m.Chunks:
+			return corrupt(r.path, "%d chunks, meta says %d", seq, m.Chunks)
+		case d.places != m.Places:
+			return corrupt(r.path, "%d places, meta says %d", d.places, m.Places)
+		case d.entries.total() != m.Stats.Entries:
+			return corrupt(r.path, "%d entries, meta says %d", d.entries.total(), m.Stats.Entries)
+		case d.hbs != m.Stats.HolderBlocks:
+			return corrupt(r.path, "%d holder-blocks, meta says %d", d.hbs, m.Stats.HolderBlocks)
+		}
+		return nil
+	})
+	return err
+}
+
+// Verify reads the whole file and checks it as Load does, without building
+// an index (worker keys holding no block are caught by Load only).
+func (r *Reader) Verify(ctx context.Context) error {
+	return r.each(ctx, func(*engine.PlaceRecord) error { return nil })
+}
+
+// Load reads the snapshot at path into a new index and returns it with the
+// snapshot's meta. Any defect of the file is an error matching ErrCorrupt
+// that names the file and the defect.
+func Load(ctx context.Context, path string) (*engine.Index, Meta, error) {
+	r, err := Open(path)
+	if err != nil {
+		return nil, Meta{}, err
+	}
+	defer r.Close()
+	l := engine.NewLoader()
+	var loadErr error
+	err = r.each(ctx, func(rec *engine.PlaceRecord) error {
+		if err := l.Add(rec); err != nil {
+			loadErr = corrupt(path, "%v", err)
+			return loadErr
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, Meta{}, err
+	}
+	ix, err := l.Finish(r.meta.Stats.Counters)
+	if err != nil {
+		return nil, Meta{}, corrupt(path, "%v", err)
+	}
+	if st := ix.Stats(); st != r.meta.Stats {
+		return nil, Meta{}, corrupt(path, "loaded %d entries, %d holder-blocks, %d worker keys; meta says %d, %d, %d",
+			st.Entries, st.HolderBlocks, st.WorkerKeys, r.meta.Stats.Entries, r.meta.Stats.HolderBlocks, r.meta.Stats.WorkerKeys)
+	}
+	return ix, r.meta, nil
+}

@@ -1,0 +1,343 @@
+package snapshot
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/kvidx/kvidx/engine"
+)
+
+// Source is one input's position at the snapshot's cut: opaque to this
+// package (the WAL layer names its sources and sequence numbers).
+type Source struct {
+	Name string `json:"name"`
+	Seq  uint64 `json:"seq"`
+}
+
+// Meta describes a snapshot. Write takes Index, Sources and Created (zero:
+// now); Load and Open return all of it, as stored in the file.
+type Meta struct {
+	// Index is the WAL index N the snapshot's state is as of.
+	Index   uint64
+	Sources []Source
+	Created time.Time
+
+	// Filled from the file.
+	Version  int
+	Stats    engine.Stats // entries, holder-blocks, worker keys, counters
+	Places   int
+	Chunks   int
+	Checksum uint32 // CRC-32C of the data
+}
+
+// Option changes how Write writes.
+type Option func(*options)
+
+type options struct {
+	chunkBytes int
+	txBytes    int
+}
+
+func defaultOptions() options {
+	return options{chunkBytes: 64 << 10, txBytes: 16 << 20}
+}
+
+// WithChunkBytes sets the uncompressed size at which a chunk of places is
+// closed (default 64 KiB).
+func WithChunkBytes(n int) Option {
+	return func(o *options) {
+		if n > 0 {
+			o.chunkBytes = n
+		}
+	}
+}
+
+// Write writes the frozen state f as the snapshot of WAL index meta.Index
+// into dir, publishing it atomically as snapshot-<20-digit index>.bolt (an
+// existing snapshot of the same index is replaced), and returns its path. On
+// error, and on cancellation of ctx, nothing is published and the temporary
+// file is removed.
+func Write(ctx context.Context, dir string, f *engine.Frozen, meta Meta, opts ...Option) (path string, err error) {
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	final := filepath.Join(dir, FileName(meta.Index))
+	tmp, err := os.CreateTemp(dir, fmt.Sprintf(".snapshot-%020d.tmp-*", meta.Index))
+	if err != nil {
+		return "", fmt.Errorf("snapshot %s: %w", final, err)
+	}
+	tmpPath := tmp.Name()
+	if err := tmp.Close(); err != nil {
+		os.Remove(tmpPath)
+		return "", fmt.Errorf("snapshot %s: %w", final, err)
+	}
+	defer func() {
+		if err != nil {
+			os.Remove(tmpPath)
+		}
+	}()
+	if err := writeFile(ctx, tmpPath, f, meta, o); err != nil {
+		return "", fmt.Errorf("snapshot %s: %w", final, err)
+	}
+	if err := syncFile(tmpPath); err != nil {
+		return "", fmt.Errorf("snapshot %s: %w", final, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("snapshot %s: %w", final, err)
+	}
+	if err := os.Rename(tmpPath, final); err != nil {
+		return "", fmt.Errorf("snapshot %s: %w", final, err)
+	}
+	if err := syncDir(dir); err != nil {
+		return final, fmt.Errorf("snapshot %s: published, but syncing its directory: %w", final, err)
+	}
+	return final, nil
+}
+
+func writeFile(ctx context.Context, path string, f *engine.Frozen, meta Meta, o options) error {
+	st := f.Stats()
+	db, err := bolt.Open(path, 0o644, &bolt.Options{
+		Timeout:         time.Second,
+		NoSync:          true,
+		NoFreelistSync:  true,
+		NoGrowSync:      true,
+		PageSize:        pageSize,
+		InitialMmapSize: 1<<20 + 16*st.HolderBlocks,
+	})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+
+	// The worker table, in the frozen (sorted) order.
+	ws := f.Workers()
+	table := make([]byte, 0, workerRecLen*len(ws))
+	index := make(map[engine.WorkerKey]uint32, len(ws))
+	for i, w := range ws {
+		table = binary.BigEndian.AppendUint64(table, w.Worker.WorkerID)
+		table = binary.BigEndian.AppendUint32(table, w.Worker.DPRank)
+		index[w.Worker] = uint32(i)
+	}
+	crc := checksumUpdate(0, table)
+	if err := db.Update(func(tx *bolt.Tx) error {
+		for _, name := range [][]byte{bucketMeta, bucketWorkers, bucketPlaces} {
+			if _, err := tx.CreateBucket(name); err != nil {
+				return err
+			}
+		}
+		b := tx.Bucket(bucketWorkers)
+		b.FillPercent = 1.0
+		return b.Put(workersKey, table)
+	}); err != nil {
+		return err
+	}
+
+	// Encoded chunk bodies go to a writer goroutine that compresses them
+	// and puts them in batches of about txBytes per transaction; their
+	// buffers come back through free.
+	chunks := make(chan encoder, 4)
+	free := make(chan []byte, 6)
+	werr := make(chan error, 1)
+	go func() {
+		var err error
+		var tx *bolt.Tx
+		var b *bolt.Bucket
+		batch := 0
+		for e := range chunks {
+			if err != nil {
+				continue // drain
+			}
+			k, v := chunkKey(e.firstPos, e.seq), e.value()
+			select {
+			case free <- e.body[:0]:
+			default:
+			}
+			crc = checksumUpdate(checksumUpdate(crc, k), v)
+			if tx == nil {
+				if tx, err = db.Begin(true); err != nil {
+					continue
+				}
+				b = tx.Bucket(bucketPlaces)
+				b.FillPercent = 1.0
+			}
+			if err = b.Put(k, v); err != nil {
+				continue
+			}
+			batch += len(v)
+			if batch >= o.txBytes {
+				err = tx.Commit()
+				tx, batch = nil, 0
+			}
+		}
+		if tx != nil {
+			if err == nil {
+				err = tx.Commit()
+			} else {
+				tx.Rollback()
+			}
+		}
+		werr <- err
+	}()
+
+	var (
+		enc     encoder
+		seqNo   uint32
+		ord     uint64
+		entries entryCounter
+		places  int
+		hbs     int
+		prevPos uint32
+		failed  error
+	)
+	widx := func(k engine.WorkerKey) (uint32, bool) { i, ok := index[k]; return i, ok }
+	flush := func() {
+		enc.seq = seqNo
+		chunks <- enc
+		seqNo++
+		select {
+		case enc.body = <-free:
+		default:
+			enc.body = make([]byte, 0, o.chunkBytes+o.chunkBytes/4)
+		}
+		enc.reset(ord + 1)
+	}
+	enc.reset(1)
+	f.Places(func(rec *engine.PlaceRecord) bool {
+		ord++
+		if ord&1023 == 0 {
+			if failed = ctx.Err(); failed != nil {
+				return false
+			}
+		}
+		if places > 0 && rec.Position < prevPos {
+			failed = fmt.Errorf("frozen places out of position order at position %d", rec.Position)
+			return false
+		}
+		prevPos = rec.Position
+		entries.add(rec.Position, rec.TokensHash)
+		places++
+		// IDs are ordinals from 1; a parent comes before its child.
+		if uint64(rec.ID) != ord || rec.Parent >= rec.ID {
+			failed = fmt.Errorf("frozen place %d (parent %d) is place %d of the order", rec.ID, rec.Parent, ord)
+			return false
+		}
+		parentOrd := uint64(rec.Parent)
+		before := enc.hbs
+		if failed = enc.add(rec, ord, parentOrd, widx); failed != nil {
+			return false
+		}
+		hbs += enc.hbs - before
+		if len(enc.body) >= o.chunkBytes {
+			flush()
+		}
+		return true
+	})
+	if failed == nil && enc.places > 0 {
+		flush()
+	}
+	close(chunks)
+	if err := <-werr; err != nil { // crc is final from here on
+		return err
+	}
+	if failed != nil {
+		return failed
+	}
+	if entries.total() != st.Entries || hbs != st.HolderBlocks || len(ws) != st.WorkerKeys {
+		return fmt.Errorf("frozen places give %d entries, %d holder-blocks, %d worker keys; its stats say %d, %d, %d",
+			entries.total(), hbs, len(ws), st.Entries, st.HolderBlocks, st.WorkerKeys)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+
+	counters, err := json.Marshal(st.Counters)
+	if err != nil {
+		return err
+	}
+	sources := meta.Sources
+	if sources == nil {
+		sources = []Source{}
+	}
+	srcJSON, err := json.Marshal(sources)
+	if err != nil {
+		return err
+	}
+	created := meta.Created
+	if created.IsZero() {
+		created = time.Now()
+	}
+	u32 := func(x uint32) []byte { return binary.BigEndian.AppendUint32(nil, x) }
+	u64 := func(x uint64) []byte { return binary.BigEndian.AppendUint64(nil, x) }
+	kvs := []struct {
+		k string
+		v []byte
+	}{
+		{metaChecksum, u32(crc)},
+		{metaChunks, u64(uint64(seqNo))},
+		{metaCounters, counters},
+		{metaCreated, u64(uint64(created.UnixNano()))},
+		{metaEntries, u64(uint64(entries.total()))},
+		{metaFormat, u32(FormatVersion)},
+		{metaHashSeed, u64(engine.Seed)},
+		{metaHolderBlocks, u64(uint64(hbs))},
+		{metaPlaces, u64(uint64(places))},
+		{metaSeqRule, []byte(SeqRule)},
+		{metaSources, srcJSON},
+		{metaWALIndex, u64(meta.Index)},
+		{metaWorkerKeys, u64(uint64(len(ws)))},
+	}
+	if err := db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketMeta)
+		b.FillPercent = 1.0
+		var mcrc uint32
+		for _, kv := range kvs { // sorted by key
+			if err := b.Put([]byte(kv.k), kv.v); err != nil {
+				return err
+			}
+			mcrc = checksumUpdate(checksumUpdate(mcrc, []byte(kv.k)), kv.v)
+		}
+		return b.Put([]byte(metaMetaChecksum), u32(mcrc))
+	}); err != nil {
+		return err
+	}
+	if err := db.Sync(); err != nil {
+		return err
+	}
+	return db.Close()
+}
+
+func syncFile(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	if errors.Is(err, os.ErrInvalid) { // directories that cannot be synced
+		return nil
+	}
+	return err
+}
