@@ -1,0 +1,94 @@
+package node
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+func TestBadRequestsChangeNothing(t *testing.T) {
+	e := newEnv(t, Config{MaxBodyBytes: 1024})
+	e.do(t, "POST", "/v1/events", stored(0, 1, "null", 1, 2, 3)).want(t, 200)
+
+	big := strings.Repeat(stored(0, 9, "null", 7)+"\n", 40) // > 1 KiB
+	good := stored(0, 2, "3", 4)
+	cases := []struct {
+		name, method, path, body string
+		chunked                  bool
+		code                     int
+		errHas                   string
+	}{
+		{"malformed json", "POST", "/v1/events", good + "\n{\"worker_id\":", false, 400, "line 2"},
+		{"malformed array element", "POST", "/v1/events", "[" + good + ",{}]", false, 400, "element 1"},
+		{"wrong type", "POST", "/v1/events", `{"worker_id":"7","event":{"event_id":1,"data":"cleared"}}`, false, 400, "line 1"},
+		{"negative", "POST", "/v1/events", `{"worker_id":-7,"event":{"event_id":1,"data":"cleared"}}`, false, 400, "line 1"},
+		{"fractional", "POST", "/v1/events", good + "\n" + `{"worker_id":7.5,"event":{"event_id":1,"data":"cleared"}}`, false, 400, "line 2"},
+		{"unknown data kind", "POST", "/v1/events", `{"worker_id":7,"event":{"event_id":1,"data":"exploded"}}`, false, 400, "line 1"},
+		{"empty body", "POST", "/v1/events", "", false, 400, "no events"},
+		{"blank lines only", "POST", "/v1/events", "\n \n", false, 400, "no events"},
+		{"empty array", "POST", "/v1/events", "[]", false, 400, "no events"},
+		{"oversized", "POST", "/v1/events", big, false, 413, "limit of 1024"},
+		{"oversized chunked", "POST", "/v1/events", big, true, 413, "limit of 1024"},
+		{"match malformed", "POST", "/v1/match", `{"local_hashes":[1,2`, false, 400, "query"},
+		{"match negative hash", "POST", "/v1/match", `{"local_hashes":[1,-2]}`, false, 400, "local_hashes"},
+		{"match fractional hash", "POST", "/v1/match", `{"local_hashes":[1.5]}`, false, 400, "local_hashes"},
+		{"match fractional token", "POST", "/v1/match", `{"tokens":[1,2.5]}`, false, 400, "tokens"},
+		{"match string hash", "POST", "/v1/match", `{"local_hashes":["1"]}`, false, 400, "local_hashes"},
+		{"match both", "POST", "/v1/match", `{"local_hashes":[1],"tokens":[1]}`, false, 400, "both"},
+		{"match neither", "POST", "/v1/match", `{}`, false, 400, "required"},
+		{"match empty body", "POST", "/v1/match", ``, false, 400, "query"},
+		{"match oversized", "POST", "/v1/match", `{"local_hashes":[` + strings.Repeat("1,", 600) + `1]}`, false, 413, "limit"},
+		{"wrong method events", "GET", "/v1/events", "", false, 405, "not allowed"},
+		{"wrong method match", "PUT", "/v1/match", `{"local_hashes":[1]}`, false, 405, "not allowed"},
+		{"wrong method workers", "POST", "/v1/workers", "", false, 405, "not allowed"},
+		{"wrong method worker", "GET", "/v1/workers/0", "", false, 405, "not allowed"},
+		{"unknown path", "GET", "/v2/nothing", "", false, 404, "no such path"},
+		{"unknown worker", "DELETE", "/v1/workers/42", "", false, 404, "worker 42"},
+		{"bad worker id", "DELETE", "/v1/workers/-1", "", false, 400, "worker id"},
+		{"huge worker id", "DELETE", "/v1/workers/18446744073709551616", "", false, 400, "worker id"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			before := e.store.ix.Stats()
+			appends, _ := e.store.counts()
+			var rd io.Reader = strings.NewReader(c.body)
+			if c.chunked {
+				rd = io.MultiReader(strings.NewReader(c.body)) // unknown length: chunked
+			}
+			req, err := http.NewRequest(c.method, e.ts.URL+c.path, rd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.chunked && req.ContentLength != 0 {
+				t.Fatalf("body not chunked: Content-Length %d", req.ContentLength)
+			}
+			r := e.send(t, req)
+			if r.code != c.code {
+				t.Fatalf("status %d, want %d: %s", r.code, c.code, r.body)
+			}
+			if ct := r.header.Get("Content-Type"); ct != "application/json" {
+				t.Errorf("Content-Type %q", ct)
+			}
+			var eb struct {
+				Error string `json:"error"`
+			}
+			r.decode(t, &eb)
+			if !strings.Contains(eb.Error, c.errHas) {
+				t.Errorf("error %q lacks %q", eb.Error, c.errHas)
+			}
+			if c.code == 405 && r.header.Get("Allow") == "" {
+				t.Error("405 without Allow")
+			}
+			if a, _ := e.store.counts(); a != appends || e.store.ix.Stats() != before {
+				t.Errorf("request changed the store: appends %d -> %d", appends, a)
+			}
+		})
+	}
+	// The server still works after all that.
+	r := e.do(t, "POST", "/v1/match", `{"local_hashes":[1,2,3]}`).want(t, 200)
+	if !bytes.Contains(r.body, []byte(`"matched_blocks":3`)) {
+		t.Fatalf("match: %s", r.body)
+	}
+}

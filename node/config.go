@@ -1,0 +1,76 @@
+package node
+
+import (
+	"log/slog"
+	"time"
+)
+
+// Config configures a [Server]. Use [DefaultConfig] and change what differs:
+// zero sizes and timeouts are replaced by their defaults, but zero snapshot
+// triggers mean "disabled" and FinalSnapshot is taken literally.
+type Config struct {
+	// MaxBodyBytes bounds a request body (--max-body-bytes); default 16 MiB.
+	MaxBodyBytes int64
+	// DefaultBlockSize is the block size of a token query that names none;
+	// default 16.
+	DefaultBlockSize int
+	// SnapshotEveryEvents triggers a snapshot once this many events were
+	// appended since the last one (--snapshot-every-events); 0 disables.
+	SnapshotEveryEvents uint64
+	// SnapshotInterval triggers a snapshot this long after the last one when
+	// the index changed since (--snapshot-interval); 0 disables.
+	SnapshotInterval time.Duration
+	// SnapshotRetry is the pause after a failed snapshot before the loop
+	// tries again; default 30s.
+	SnapshotRetry time.Duration
+	// FinalSnapshot takes a snapshot at shutdown when the index changed since
+	// the last one (--final-snapshot).
+	FinalSnapshot bool
+	// ShutdownTimeout bounds the wait for in-flight requests at shutdown;
+	// default 30s.
+	ShutdownTimeout time.Duration
+	// ReadHeaderTimeout, ReadTimeout, WriteTimeout and IdleTimeout configure
+	// the http.Server; defaults 10s, 60s, 60s, 120s.
+	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	// Logger receives the server's logs; default slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the defaults of `kvidx serve`.
+func DefaultConfig() Config {
+	return Config{
+		MaxBodyBytes:        16 << 20,
+		DefaultBlockSize:    16,
+		SnapshotEveryEvents: 1_000_000,
+		SnapshotInterval:    10 * time.Minute,
+		SnapshotRetry:       30 * time.Second,
+		FinalSnapshot:       true,
+		ShutdownTimeout:     30 * time.Second,
+		ReadHeaderTimeout:   10 * time.Second,
+		ReadTimeout:         60 * time.Second,
+		WriteTimeout:        60 * time.Second,
+		IdleTimeout:         120 * time.Second,
+	}
+}
+
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	setDefault(&c.MaxBodyBytes, d.MaxBodyBytes)
+	setDefault(&c.DefaultBlockSize, d.DefaultBlockSize)
+	setDefault(&c.SnapshotRetry, d.SnapshotRetry)
+	setDefault(&c.ShutdownTimeout, d.ShutdownTimeout)
+	setDefault(&c.ReadHeaderTimeout, d.ReadHeaderTimeout)
+	setDefault(&c.ReadTimeout, d.ReadTimeout)
+	setDefault(&c.WriteTimeout, d.WriteTimeout)
+	setDefault(&c.IdleTimeout, d.IdleTimeout)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func setDefault[T int | int64 | time.Duration](v *T, d T) {
+	if *v <= 0 {
+		*v = d
+	}
+}

@@ -1,0 +1,36 @@
+// Package node is the HTTP face of `kvidx serve`: the JSON API over a durable
+// index, its Prometheus metrics, periodic snapshots and the server's life
+// cycle, plus a load generator that drives a running server over loopback.
+//
+// The server works against [Store], a small interface the durable store
+// (package recovery) satisfies: an [engine.Index] to query, Append to log
+// and apply a batch of events atomically, Snapshot, and WAL bookkeeping.
+// [Server] is built before recovery finishes and reports "recovering" on
+// /readyz until [Server.SetStore] hands it the store; a write or fsync
+// failure in the WAL fences it (ingest answers 503, queries keep working).
+//
+// Endpoints (JSON bodies; every error is {"error":"..."} with a 4xx or 5xx):
+//
+//	POST   /v1/events               NDJSON or a JSON array of events (package eventjson); all or nothing
+//	POST   /v1/match                {"local_hashes":[..]} or {"tokens":[..],"block_size":N,"lora_name":".."}
+//	GET    /v1/workers              [{"worker_id":..,"dp_rank":..,"blocks":..}]
+//	DELETE /v1/workers/{worker_id}  logs and applies a worker_removed event
+//	GET    /v1/stats                engine.Stats plus WAL and snapshot bookkeeping
+//	POST   /v1/snapshot             takes a snapshot now
+//	GET    /healthz, /readyz        liveness, readiness (503 with the reason)
+//	GET    /metrics                 Prometheus exposition
+//
+// Metrics live in a per-server registry ([Metrics]). Counters the engine
+// already keeps are read from [engine.Index.Stats] at scrape time; WAL write
+// and fsync timings come from a [wal.Store] wrapper ([NewWALInstrument]) the
+// WAL is opened with, which can also inject write or fsync failures in tests.
+//
+// [Server.Run] serves until its context is cancelled, triggering snapshots
+// every N events or every interval when the index changed; on cancellation it
+// stops accepting, drains in-flight requests and takes a final snapshot. The
+// caller then closes the store.
+//
+// [LoadGen] replays a workload (package workload) against a server:
+// per request a match then the request's events, with concurrent clients
+// owning disjoint sets of workers so each worker's events stay in order.
+package node

@@ -1,0 +1,153 @@
+package node
+
+import (
+	"bytes"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/kvidx/kvidx/eventjson"
+)
+
+// handleMatch serves POST /v1/match.
+func (s *Server) handleMatch(w http.ResponseWriter, r *http.Request) {
+	st := s.storeOr503(w)
+	if st == nil {
+		return
+	}
+	buf, ok := s.readBody(w, r)
+	if !ok {
+		return
+	}
+	q, err := s.decodeQuery(buf.Bytes())
+	s.putBuf(buf)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "decoding query: "+err.Error())
+		return
+	}
+	start := time.Now()
+	scores := q.Match(st.Index())
+	s.metrics.ObserveMatch(time.Since(start))
+	body := eventjson.AppendResult(make([]byte, 0, 64+48*len(scores)), scores, len(q.LocalHashes))
+	writeJSON(w, http.StatusOK, append(body, '\n'))
+}
+
+// decodeQuery decodes a query, giving a token query without "block_size"
+// the server's default block size. eventjson.DecodeQuery requires the field
+// with tokens, so when the first attempt fails, the query is retried with
+// the default spliced in as the object's first member: the retry can only
+// succeed if the sole problem was a missing block size (a block size already
+// present would be a duplicate, and with local hashes it is refused), and
+// any other failure reports the original error.
+func (s *Server) decodeQuery(body []byte) (eventjson.Query, error) {
+	q, err := eventjson.DecodeQuery(body)
+	if err == nil {
+		return q, nil
+	}
+	trimmed := bytes.TrimLeft(body, " \t\r\n")
+	if len(trimmed) == 0 || trimmed[0] != '{' || !bytes.Contains(body, []byte(`"tokens"`)) {
+		return q, err
+	}
+	patched := make([]byte, 0, len(trimmed)+32)
+	patched = append(patched, `{"block_size":`...)
+	patched = strconv.AppendInt(patched, int64(s.cfg.DefaultBlockSize), 10)
+	rest := bytes.TrimLeft(trimmed[1:], " \t\r\n")
+	if len(rest) > 0 && rest[0] != '}' {
+		patched = append(patched, ',')
+	}
+	patched = append(patched, rest...)
+	if q2, err2 := eventjson.DecodeQuery(patched); err2 == nil {
+		return q2, nil
+	}
+	return q, err
+}
+
+// workerJSON is one row of GET /v1/workers.
+type workerJSON struct {
+	WorkerID uint64 `json:"worker_id"`
+	DPRank   uint32 `json:"dp_rank"`
+	Blocks   int    `json:"blocks"`
+}
+
+// handleWorkers serves GET /v1/workers, sorted by worker id then DP rank.
+func (s *Server) handleWorkers(w http.ResponseWriter, r *http.Request) {
+	st := s.storeOr503(w)
+	if st == nil {
+		return
+	}
+	ws := st.Index().Workers()
+	out := make([]workerJSON, len(ws))
+	for i, wb := range ws {
+		out[i] = workerJSON{wb.Worker.WorkerID, wb.Worker.DPRank, wb.Blocks}
+	}
+	writeValue(w, http.StatusOK, out)
+}
+
+// handleStats serves GET /v1/stats: engine.Stats' keys plus WAL and
+// snapshot bookkeeping.
+func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) {
+	st := s.storeOr503(w)
+	if st == nil {
+		return
+	}
+	first, last, err := st.WALRange()
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "reading the WAL's range: "+err.Error())
+		return
+	}
+	applied, _ := st.Applied()
+	snapIndex, snapAt := s.snaps.last()
+	var snapTime *time.Time
+	if !snapAt.IsZero() {
+		t := snapAt.UTC()
+		snapTime = &t
+	}
+	phase, _ := s.Status()
+	stats := st.Index().Stats()
+	writeValue(w, http.StatusOK, statsJSON{
+		Entries:           stats.Entries,
+		HolderBlocks:      stats.HolderBlocks,
+		WorkerKeys:        stats.WorkerKeys,
+		Counters:          stats.Counters,
+		WALFirstIndex:     first,
+		WALLastIndex:      last,
+		AppliedIndex:      applied,
+		WALFenced:         phase == Fenced,
+		SnapshotLastIndex: snapIndex,
+		SnapshotLastTime:  snapTime,
+	})
+}
+
+// handleSnapshot serves POST /v1/snapshot: take one now.
+func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
+	if s.storeOr503(w) == nil {
+		return
+	}
+	path, index, err := s.snaps.take(r.Context(), "api")
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "snapshot failed: "+err.Error())
+		return
+	}
+	writeValue(w, http.StatusOK, struct {
+		WALIndex uint64 `json:"wal_index"`
+		File     string `json:"file"`
+	}{index, path})
+}
+
+// handleHealthz serves GET /healthz: the process runs.
+func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, []byte(`{"status":"ok"}`+"\n"))
+}
+
+// handleReadyz serves GET /readyz: 200 when Ready, else 503 with the reason.
+func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
+	phase, reason := s.Status()
+	if phase == Ready {
+		writeJSON(w, http.StatusOK, []byte(`{"status":"ready"}`+"\n"))
+		return
+	}
+	writeValue(w, http.StatusServiceUnavailable, struct {
+		Status string `json:"status"`
+		Error  string `json:"error"`
+	}{phase.String(), "not ready: " + reason})
+}

@@ -1,0 +1,230 @@
+package node
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	kvidx "github.com/kvidx/kvidx"
+	"github.com/kvidx/kvidx/engine"
+	"github.com/kvidx/kvidx/workload"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// waitFor polls cond for up to 5s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestSnapshotEveryEvents(t *testing.T) {
+	cfg := Config{SnapshotEveryEvents: 3, SnapshotRetry: 20 * time.Millisecond, Logger: quietLogger()}
+	srv := New(cfg)
+	st := newFakeStore()
+	srv.SetStore(st)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go srv.snaps.loop(ctx)
+	e := &testEnv{srv: srv, store: st, ts: newTestHTTP(t, srv)}
+
+	e.do(t, "POST", "/v1/events", stored(0, 1, "null", 1)+"\n"+stored(0, 2, "1", 2)).want(t, 200)
+	time.Sleep(30 * time.Millisecond)
+	if _, snaps := st.counts(); snaps != 0 {
+		t.Fatalf("snapshot after 2 of 3 events")
+	}
+	// A failing snapshot is counted and retried; ingest goes on.
+	st.snapErr.Store(errBox{errors.New("disk full")})
+	e.do(t, "POST", "/v1/events", stored(0, 3, "2", 3)).want(t, 200)
+	waitFor(t, "a failed snapshot", func() bool { return testutil.ToFloat64(srv.metrics.snapFailures) >= 2 })
+	e.do(t, "POST", "/v1/events", stored(0, 4, "3", 4)).want(t, 200)
+	st.snapErr.Store(errBox{})
+	waitFor(t, "a snapshot", func() bool { _, n := st.counts(); return n == 1 })
+	if idx, _ := srv.snaps.last(); idx != 3 {
+		t.Fatalf("snapshot index %d, want 3", idx)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if _, n := st.counts(); n != 1 {
+		t.Fatalf("%d snapshots, want 1 (pending should be reset)", n)
+	}
+}
+
+func TestSnapshotInterval(t *testing.T) {
+	cfg := Config{SnapshotInterval: 30 * time.Millisecond, Logger: quietLogger()}
+	srv := New(cfg)
+	st := newFakeStore()
+	srv.SetStore(st)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go srv.snaps.loop(ctx)
+	time.Sleep(100 * time.Millisecond)
+	if _, n := st.counts(); n != 0 {
+		t.Fatal("snapshot of an unchanged index")
+	}
+	e := &testEnv{srv: srv, store: st, ts: newTestHTTP(t, srv)}
+	e.do(t, "POST", "/v1/events", stored(0, 1, "null", 1)).want(t, 200)
+	waitFor(t, "an interval snapshot", func() bool { _, n := st.counts(); return n == 1 })
+	time.Sleep(100 * time.Millisecond)
+	if _, n := st.counts(); n != 1 {
+		t.Fatalf("%d snapshots of an index that changed once", n)
+	}
+}
+
+func TestRunShutdown(t *testing.T) {
+	for _, final := range []bool{true, false} {
+		t.Run(fmt.Sprint("final=", final), func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.FinalSnapshot = final
+			cfg.Logger = quietLogger()
+			srv := New(cfg)
+			st := newFakeStore()
+			srv.SetStore(st)
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- srv.Run(ctx, ln) }()
+			url := "http://" + ln.Addr().String()
+			resp, err := http.Post(url+"/v1/events", "application/x-ndjson", bytes.NewBufferString(stored(0, 1, "null", 1)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d", resp.StatusCode)
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if _, n := st.counts(); (n == 1) != final {
+				t.Fatalf("final=%v: %d snapshots", final, n)
+			}
+			if _, err := http.Get(url + "/healthz"); err == nil {
+				t.Fatal("still serving after shutdown")
+			}
+		})
+	}
+}
+
+func TestConcurrentClients(t *testing.T) {
+	e := newEnv(t, DefaultConfig())
+	const clients, perClient = 16, 50
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	for c := range clients {
+		wg.Go(func() {
+			client := e.ts.Client()
+			w := uint64(c)
+			for i := range perClient {
+				h := uint64(i + 1)
+				parent := "null"
+				if i > 0 {
+					parent = fmt.Sprint(1000*w + h - 1)
+				}
+				resp, err := client.Post(e.ts.URL+"/v1/events", "", bytes.NewBufferString(stored(w, h, parent, h)))
+				if err != nil {
+					errs <- err
+					return
+				}
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					errs <- fmt.Errorf("events status %d", resp.StatusCode)
+					return
+				}
+				resp, err = client.Post(e.ts.URL+"/v1/match", "", bytes.NewBufferString(`{"local_hashes":[1,2,3]}`))
+				if err != nil {
+					errs <- err
+					return
+				}
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					errs <- fmt.Errorf("match status %d", resp.StatusCode)
+					return
+				}
+				if i%10 == 0 {
+					for _, p := range []string{"/v1/stats", "/v1/workers", "/metrics"} {
+						resp, err := client.Get(e.ts.URL + p)
+						if err != nil {
+							errs <- err
+							return
+						}
+						resp.Body.Close()
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	s := e.store.ix.Stats()
+	if s.WorkerKeys != clients || s.HolderBlocks != clients*perClient || s.Counters.ParentNotFound != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+	var ma matchAnswer
+	e.do(t, "POST", "/v1/match", `{"local_hashes":[1,2,3]}`).want(t, 200).decode(t, &ma)
+	if len(ma.Scores) != clients || ma.Scores[0].MatchedBlocks != 3 {
+		t.Fatalf("match %+v", ma)
+	}
+}
+
+func embeddedTrace(t testing.TB) *workload.Trace {
+	zr, err := gzip.NewReader(bytes.NewReader(kvidx.MooncakeTraceGz))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := workload.ReadTrace(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
+func TestLoadGen(t *testing.T) {
+	e := newEnv(t, DefaultConfig())
+	tr := embeddedTrace(t)
+	tr.Records = tr.Records[:300]
+	cfg := workload.Config{Workers: 8, Capacity: 256, Duplicate: 1}
+	rep, err := LoadGen(context.Background(), e.ts.URL, tr, cfg, 4, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(rep)
+	if !rep.Exhausted || rep.Requests == 0 || rep.Rejected != 0 || rep.Matches != rep.Requests {
+		t.Fatalf("report %+v", rep)
+	}
+	// The server ends in the workload's final state.
+	ix := e.store.ix
+	want := workloadFinal(t, tr, cfg)
+	if got := ix.Stats(); got.Entries != want.Entries || got.HolderBlocks != want.HolderBlocks {
+		t.Fatalf("server %+v, workload %+v", got, want)
+	}
+	if uint64(rep.Events) != ix.Stats().Counters.EventsStored+ix.Stats().Counters.EventsRemoved {
+		t.Fatalf("events %d vs counters %+v", rep.Events, ix.Stats().Counters)
+	}
+}
+
+func workloadFinal(t *testing.T, tr *workload.Trace, cfg workload.Config) engine.Stats {
+	ix := newFakeStore().ix
+	if err := workload.Run(context.Background(), ix, tr, cfg, nil); err != nil {
+		t.Fatal(err)
+	}
+	return ix.Stats()
+}

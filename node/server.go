@@ -1,0 +1,309 @@
+package node
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Phase is the server's readiness state: Starting -> Ready -> Fenced.
+type Phase int
+
+// The phases.
+const (
+	// Starting: no store yet (recovery is running); only /healthz,
+	// /readyz and /metrics answer 200.
+	Starting Phase = iota
+	// Ready: the store is serving ingest and queries.
+	Ready
+	// Fenced: the WAL failed a write or fsync; ingest answers 503 until
+	// restart, queries keep working.
+	Fenced
+)
+
+func (p Phase) String() string {
+	switch p {
+	case Starting:
+		return "starting"
+	case Ready:
+		return "ready"
+	case Fenced:
+		return "fenced"
+	}
+	return fmt.Sprintf("Phase(%d)", int(p))
+}
+
+type status struct {
+	phase  Phase
+	reason string
+}
+
+// Server is kvidx's HTTP API over a [Store]. Create it with [New] before
+// recovery starts (so /healthz answers and the WAL can be instrumented), hand
+// it the store with [Server.SetStore], and serve with [Server.Run] or mount
+// it ([Server] is an http.Handler).
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	metrics *Metrics
+	mux     *http.ServeMux
+	state   atomic.Pointer[status]
+	store   atomic.Pointer[storeBox]
+	snaps   *snapshotter
+	bufs    sync.Pool // *bytes.Buffer for request bodies
+}
+
+// maxPooledBuffer keeps huge request buffers out of the pool.
+const maxPooledBuffer = 4 << 20
+
+// New returns a server in the Starting phase ("recovering").
+func New(cfg Config) *Server {
+	cfg = cfg.withDefaults()
+	s := &Server{cfg: cfg, log: cfg.Logger, metrics: NewMetrics()}
+	s.state.Store(&status{phase: Starting, reason: "recovering"})
+	s.snaps = newSnapshotter(s)
+	s.routes()
+	return s
+}
+
+func (s *Server) routes() {
+	s.mux = http.NewServeMux()
+	handle := func(pattern, name string, h http.HandlerFunc) {
+		s.mux.Handle(pattern, s.instrument(name, h))
+	}
+	handle("POST /v1/events", "events", s.handleEvents)
+	handle("POST /v1/match", "match", s.handleMatch)
+	handle("GET /v1/workers", "workers", s.handleWorkers)
+	handle("DELETE /v1/workers/{worker_id}", "delete_worker", s.handleDeleteWorker)
+	handle("GET /v1/stats", "stats", s.handleStats)
+	handle("POST /v1/snapshot", "snapshot", s.handleSnapshot)
+	handle("GET /healthz", "healthz", s.handleHealthz)
+	handle("GET /readyz", "readyz", s.handleReadyz)
+	s.mux.Handle("GET /metrics", s.instrument("metrics", s.metrics.Handler()))
+}
+
+// Metrics returns the server's metrics, e.g. for [NewWALInstrument] or the
+// recovery figures.
+func (s *Server) Metrics() *Metrics { return s.metrics }
+
+// SetStore hands the server its store and makes it Ready (unless it is
+// already fenced).
+func (s *Server) SetStore(st Store) {
+	s.store.Store(&storeBox{st})
+	s.metrics.setStore(st)
+	for {
+		cur := s.state.Load()
+		if cur.phase == Fenced || s.state.CompareAndSwap(cur, &status{phase: Ready}) {
+			return
+		}
+	}
+}
+
+// SetStarting keeps the server in the Starting phase with a new reason
+// (e.g. "recovering: replaying the WAL"). It does nothing once a store is set.
+func (s *Server) SetStarting(reason string) {
+	for {
+		cur := s.state.Load()
+		if cur.phase != Starting || s.state.CompareAndSwap(cur, &status{phase: Starting, reason: reason}) {
+			return
+		}
+	}
+}
+
+// SetFenced fences the server: ingest answers 503 with cause until restart.
+func (s *Server) SetFenced(cause error) {
+	reason := "wal fenced"
+	if cause != nil {
+		reason = cause.Error()
+	}
+	for {
+		cur := s.state.Load()
+		if cur.phase == Fenced {
+			return
+		}
+		if s.state.CompareAndSwap(cur, &status{phase: Fenced, reason: reason}) {
+			s.log.Error("ingest fenced: the WAL failed; restart to resume", "cause", reason)
+			return
+		}
+	}
+}
+
+// Status returns the server's phase and, unless Ready, why.
+func (s *Server) Status() (Phase, string) {
+	cur := s.state.Load()
+	if cur.phase == Ready {
+		if st := s.currentStore(); st != nil && st.WALStats().Fenced {
+			s.SetFenced(errors.New("wal fenced after a write or fsync failure"))
+			cur = s.state.Load()
+		}
+	}
+	return cur.phase, cur.reason
+}
+
+// SetLastSnapshot records the snapshot the store was recovered from, so
+// that /v1/stats, the metrics and the periodic loop ("nothing changed since")
+// start from it.
+func (s *Server) SetLastSnapshot(index uint64, at time.Time) {
+	s.snaps.setLast(index, at)
+	s.metrics.SetLastSnapshot(index, at)
+}
+
+func (s *Server) currentStore() Store {
+	if b := s.store.Load(); b != nil {
+		return b.s
+	}
+	return nil
+}
+
+// ServeHTTP serves the API. Unknown paths get a JSON 404, a known path with
+// the wrong method a JSON 405 with an Allow header.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h, pattern := s.mux.Handler(r); pattern == "" {
+		s.fallback(w, r, h)
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// fallback runs the mux's own 404/405/redirect handler into a recorder and
+// answers with its status and headers but a JSON body.
+func (s *Server) fallback(w http.ResponseWriter, r *http.Request, h http.Handler) {
+	rec := &headerRecorder{header: http.Header{}, code: http.StatusOK}
+	h.ServeHTTP(rec, r)
+	for _, k := range []string{"Allow", "Location"} {
+		if v := rec.header.Values(k); len(v) > 0 {
+			w.Header()[k] = v
+		}
+	}
+	msg := http.StatusText(rec.code)
+	switch rec.code {
+	case http.StatusNotFound:
+		msg = fmt.Sprintf("no such path: %s", r.URL.Path)
+	case http.StatusMethodNotAllowed:
+		msg = fmt.Sprintf("method %s not allowed on %s (allowed: %s)", r.Method, r.URL.Path, rec.header.Get("Allow"))
+	}
+	s.metrics.httpRequests.WithLabelValues("other", strconv.Itoa(rec.code)).Inc()
+	writeError(w, rec.code, msg)
+}
+
+type headerRecorder struct {
+	header http.Header
+	code   int
+}
+
+func (h *headerRecorder) Header() http.Header         { return h.header }
+func (h *headerRecorder) Write(p []byte) (int, error) { return len(p), nil }
+func (h *headerRecorder) WriteHeader(code int)        { h.code = code }
+
+// instrument counts a route's requests by status code.
+func (s *Server) instrument(name string, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+		h.ServeHTTP(sw, r)
+		s.metrics.httpRequests.WithLabelValues(name, strconv.Itoa(sw.code)).Inc()
+	})
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	code  int
+	wrote bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.code, w.wrote = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	w.wrote = true
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// writeJSON answers code with a JSON body already encoded.
+func writeJSON(w http.ResponseWriter, code int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(code)
+	_, _ = w.Write(body)
+}
+
+// writeValue answers code with v encoded by encoding/json.
+func writeValue(w http.ResponseWriter, code int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "encoding response: "+err.Error())
+		return
+	}
+	writeJSON(w, code, append(body, '\n'))
+}
+
+// writeError answers code with {"error":msg}.
+func writeError(w http.ResponseWriter, code int, msg string) {
+	body, _ := json.Marshal(struct {
+		Error string `json:"error"`
+	}{msg})
+	writeJSON(w, code, append(body, '\n'))
+}
+
+// storeOr503 returns the store, or answers 503 when there is none yet.
+func (s *Server) storeOr503(w http.ResponseWriter) Store {
+	if st := s.currentStore(); st != nil {
+		return st
+	}
+	_, reason := s.Status()
+	w.Header().Set("Retry-After", "1")
+	writeError(w, http.StatusServiceUnavailable, "not ready: "+reason)
+	return nil
+}
+
+// readBody reads r's body into a pooled buffer (return it with putBuf),
+// answering 413 when it exceeds the limit (from Content-Length before
+// reading anything, else as soon as the limit is passed) and 400 when it
+// cannot be read. ok is false when an answer was written.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (buf *bytes.Buffer, ok bool) {
+	limit := s.cfg.MaxBodyBytes
+	if r.ContentLength > limit {
+		writeError(w, http.StatusRequestEntityTooLarge,
+			fmt.Sprintf("request body of %d bytes exceeds the limit of %d bytes", r.ContentLength, limit))
+		return nil, false
+	}
+	buf, _ = s.bufs.Get().(*bytes.Buffer)
+	if buf == nil {
+		buf = new(bytes.Buffer)
+	}
+	buf.Reset()
+	if r.ContentLength > 0 {
+		buf.Grow(int(r.ContentLength))
+	}
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		s.putBuf(buf)
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, http.StatusRequestEntityTooLarge,
+				fmt.Sprintf("request body exceeds the limit of %d bytes", limit))
+			return nil, false
+		}
+		writeError(w, http.StatusBadRequest, "reading request body: "+err.Error())
+		return nil, false
+	}
+	return buf, true
+}
+
+func (s *Server) putBuf(b *bytes.Buffer) {
+	if b.Cap() <= maxPooledBuffer {
+		s.bufs.Put(b)
+	}
+}

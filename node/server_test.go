@@ -1,0 +1,354 @@
+package node
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// testEnv is a server with a fake store behind a real loopback listener.
+type testEnv struct {
+	srv   *Server
+	store *fakeStore
+	ts    *httptest.Server
+}
+
+func quietLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+func newEnv(t *testing.T, cfg Config) *testEnv {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = quietLogger()
+	}
+	srv := New(cfg)
+	st := newFakeStore()
+	srv.SetStore(st)
+	ts := httptest.NewServer(srv)
+	t.Cleanup(ts.Close)
+	return &testEnv{srv: srv, store: st, ts: ts}
+}
+
+type response struct {
+	code   int
+	header http.Header
+	body   []byte
+}
+
+func (e *testEnv) do(t *testing.T, method, path, body string) response {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, e.ts.URL+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e.send(t, req)
+}
+
+func (e *testEnv) send(t *testing.T, req *http.Request) response {
+	t.Helper()
+	resp, err := e.ts.Client().Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", req.Method, req.URL.Path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: reading body: %v", req.Method, req.URL.Path, err)
+	}
+	return response{resp.StatusCode, resp.Header, b}
+}
+
+func (r response) want(t *testing.T, code int) response {
+	t.Helper()
+	if r.code != code {
+		t.Fatalf("status %d, want %d; body %s", r.code, code, r.body)
+	}
+	if ct := r.header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") && !strings.HasPrefix(ct, "text/plain") {
+		t.Errorf("Content-Type %q", ct)
+	}
+	return r
+}
+
+func (r response) decode(t *testing.T, v any) {
+	t.Helper()
+	if err := json.Unmarshal(r.body, v); err != nil {
+		t.Fatalf("decoding %s: %v", r.body, err)
+	}
+}
+
+func stored(worker, eventID uint64, parent string, hashes ...uint64) string {
+	var blocks []string
+	for _, h := range hashes {
+		blocks = append(blocks, fmt.Sprintf(`{"block_hash":%d,"tokens_hash":%d}`, 1000*worker+h, h))
+	}
+	return fmt.Sprintf(`{"worker_id":%d,"event":{"event_id":%d,"dp_rank":0,"data":{"stored":{"parent_hash":%s,"blocks":[%s]}}}}`,
+		worker, eventID, parent, strings.Join(blocks, ","))
+}
+
+type eventsAnswer struct {
+	Accepted int    `json:"accepted"`
+	WALIndex uint64 `json:"wal_index"`
+	Rejected []struct {
+		Index  int    `json:"index"`
+		Reason string `json:"reason"`
+	} `json:"rejected"`
+}
+
+type matchAnswer struct {
+	Scores []struct {
+		WorkerID      uint64 `json:"worker_id"`
+		DPRank        uint32 `json:"dp_rank"`
+		MatchedBlocks int    `json:"matched_blocks"`
+	} `json:"scores"`
+	QueryBlocks int `json:"query_blocks"`
+}
+
+func TestEventsThenMatch(t *testing.T) {
+	e := newEnv(t, DefaultConfig())
+	body := stored(0, 1, "null", 1, 2, 3) + "\n" + stored(1, 1, "null", 1, 2) + "\n"
+	var ea eventsAnswer
+	e.do(t, "POST", "/v1/events", body).want(t, 200).decode(t, &ea)
+	if ea.Accepted != 2 || ea.WALIndex != 1 || ea.Rejected == nil || len(ea.Rejected) != 0 {
+		t.Fatalf("events answer %+v", ea)
+	}
+
+	var ma matchAnswer
+	e.do(t, "POST", "/v1/match", `{"local_hashes":[1,2,3]}`).want(t, 200).decode(t, &ma)
+	got := fmt.Sprint(ma)
+	if want := "{[{0 0 3} {1 0 2}] 3}"; got != want {
+		t.Fatalf("match: %s, want %s", got, want)
+	}
+	// Candidates restrict the answer.
+	e.do(t, "POST", "/v1/match", `{"local_hashes":[1,2,3],"candidates":[{"worker_id":1}]}`).want(t, 200).decode(t, &ma)
+	if got := fmt.Sprint(ma); got != "{[{1 0 2}] 3}" {
+		t.Fatalf("match with candidates: %s", got)
+	}
+	// No holder: scores is an empty array.
+	r := e.do(t, "POST", "/v1/match", `{"local_hashes":[9]}`).want(t, 200)
+	if !bytes.Contains(r.body, []byte(`"scores":[]`)) {
+		t.Fatalf("empty match: %s", r.body)
+	}
+
+	// A JSON array body, with a parent: worker 1 extends its chain to [1,2,3].
+	arr := "[" + stored(1, 2, "1002", 3) + "]"
+	e.do(t, "POST", "/v1/events", arr).want(t, 200).decode(t, &ea)
+	if ea.Accepted != 1 || ea.WALIndex != 2 {
+		t.Fatalf("array answer %+v", ea)
+	}
+	e.do(t, "POST", "/v1/match", `{"local_hashes":[1,2,3]}`).want(t, 200).decode(t, &ma)
+	if got := fmt.Sprint(ma); got != "{[{0 0 3} {1 0 3}] 3}" {
+		t.Fatalf("match after extension: %s", got)
+	}
+
+	var workers []workerJSON
+	e.do(t, "GET", "/v1/workers", "").want(t, 200).decode(t, &workers)
+	if got := fmt.Sprint(workers); got != "[{0 0 3} {1 0 3}]" {
+		t.Fatalf("workers: %s", got)
+	}
+
+	var stats map[string]any
+	e.do(t, "GET", "/v1/stats", "").want(t, 200).decode(t, &stats)
+	for _, k := range []string{"entries", "holder_blocks", "worker_keys", "counters", "wal_first_index", "wal_last_index", "snapshot_last_index", "snapshot_last_time"} {
+		if _, ok := stats[k]; !ok {
+			t.Errorf("stats lack %q: %v", k, stats)
+		}
+	}
+	if stats["entries"] != 3.0 || stats["holder_blocks"] != 6.0 || stats["worker_keys"] != 2.0 || stats["wal_last_index"] != 2.0 {
+		t.Errorf("stats %v", stats)
+	}
+
+	// Removing worker 0 leaves worker 1 alone.
+	var del struct {
+		WorkerID uint64 `json:"worker_id"`
+		Blocks   int    `json:"blocks"`
+		WALIndex uint64 `json:"wal_index"`
+	}
+	e.do(t, "DELETE", "/v1/workers/0", "").want(t, 200).decode(t, &del)
+	if del.WorkerID != 0 || del.Blocks != 3 || del.WALIndex != 3 {
+		t.Fatalf("delete answer %+v", del)
+	}
+	e.do(t, "POST", "/v1/match", `{"local_hashes":[1,2,3]}`).want(t, 200).decode(t, &ma)
+	if got := fmt.Sprint(ma); got != "{[{1 0 3}] 3}" {
+		t.Fatalf("match after delete: %s", got)
+	}
+}
+
+func TestMatchTokens(t *testing.T) {
+	e := newEnv(t, Config{DefaultBlockSize: 2})
+	// Local hashes of tokens [1..4] in blocks of 2 (default) and 4 (explicit).
+	q2, err := (&Server{cfg: Config{DefaultBlockSize: 2}}).decodeQuery([]byte(`{"tokens":[1,2,3,4]}`))
+	if err != nil || len(q2.LocalHashes) != 2 {
+		t.Fatalf("default block size: %v %v", q2, err)
+	}
+	body := fmt.Sprintf(`{"worker_id":5,"event":{"event_id":1,"data":{"stored":{"blocks":[{"block_hash":1,"tokens_hash":%d},{"block_hash":2,"tokens_hash":%d}]}}}}`,
+		q2.LocalHashes[0], q2.LocalHashes[1])
+	e.do(t, "POST", "/v1/events", body).want(t, 200)
+	var ma matchAnswer
+	for _, q := range []string{`{"tokens":[1,2,3,4]}`, ` { "tokens":[1,2,3,4,5],"lora_name":null}`, `{"tokens":[1,2,3,4],"block_size":2}`} {
+		e.do(t, "POST", "/v1/match", q).want(t, 200).decode(t, &ma)
+		if got := fmt.Sprint(ma); got != "{[{5 0 2}] 2}" {
+			t.Fatalf("%s: %s", q, got)
+		}
+	}
+	e.do(t, "POST", "/v1/match", `{"tokens":[1,2,3,4],"block_size":4}`).want(t, 200).decode(t, &ma)
+	if got := fmt.Sprint(ma); got != "{[] 1}" {
+		t.Fatalf("block size 4: %s", got)
+	}
+	// The retry never hides another error.
+	r := e.do(t, "POST", "/v1/match", `{"tokens":[1,-2]}`).want(t, 400)
+	if !bytes.Contains(r.body, []byte("tokens")) {
+		t.Fatalf("negative token: %s", r.body)
+	}
+	e.do(t, "POST", "/v1/match", `{"tokens":[1,2],"block_size":0}`).want(t, 400)
+	e.do(t, "POST", "/v1/match", `{"tokens":[]}`).want(t, 200)
+}
+
+func TestRejectedEvents(t *testing.T) {
+	e := newEnv(t, DefaultConfig())
+	body := strings.Join([]string{
+		stored(0, 1, "null", 1, 2),
+		stored(0, 2, "777", 3),  // parent_not_found
+		stored(0, 3, "2", 4, 2), // invalid_sequence: its parent is one of its blocks
+		`{"worker_id":0,"event":{"event_id":4,"data":{"removed":{"block_hashes":[424242]}}}}`, // block_not_found: counted, accepted
+		stored(0, 5, "2", 3),
+	}, "\n")
+	var ea eventsAnswer
+	e.do(t, "POST", "/v1/events", body).want(t, 200).decode(t, &ea)
+	if got := fmt.Sprintf("%d %d %v", ea.Accepted, ea.WALIndex, ea.Rejected); got != "3 1 [{1 parent_not_found} {2 invalid_sequence}]" {
+		t.Fatalf("answer %s", got)
+	}
+	c := e.store.ix.Stats().Counters
+	if c.ParentNotFound != 1 || c.InvalidSequence != 1 || c.BlockNotFound != 1 || c.EventsStored != 2 {
+		t.Fatalf("counters %+v", c)
+	}
+}
+
+func TestHealthAndReadiness(t *testing.T) {
+	srv := New(Config{Logger: quietLogger()})
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	e := &testEnv{srv: srv, ts: ts}
+	e.do(t, "GET", "/healthz", "").want(t, 200)
+	r := e.do(t, "GET", "/readyz", "").want(t, 503)
+	if !bytes.Contains(r.body, []byte("recovering")) {
+		t.Fatalf("readyz while starting: %s", r.body)
+	}
+	srv.SetStarting("recovering: replaying the WAL")
+	r = e.do(t, "GET", "/readyz", "").want(t, 503)
+	if !bytes.Contains(r.body, []byte("replaying")) {
+		t.Fatalf("readyz reason: %s", r.body)
+	}
+	e.do(t, "POST", "/v1/events", stored(0, 1, "null", 1)).want(t, 503)
+	e.do(t, "POST", "/v1/match", `{"local_hashes":[1]}`).want(t, 503)
+	e.do(t, "GET", "/metrics", "").want(t, 200)
+
+	srv.SetStore(newFakeStore())
+	e.do(t, "GET", "/readyz", "").want(t, 200)
+	e.do(t, "POST", "/v1/events", stored(0, 1, "null", 1)).want(t, 200)
+}
+
+func TestOverload(t *testing.T) {
+	e := newEnv(t, DefaultConfig())
+	e.store.overloaded.Store(true)
+	before := e.store.ix.Stats()
+	r := e.do(t, "POST", "/v1/events", stored(0, 1, "null", 1)).want(t, 503)
+	if r.header.Get("Retry-After") != "1" {
+		t.Fatalf("Retry-After %q", r.header.Get("Retry-After"))
+	}
+	if e.store.ix.Stats() != before {
+		t.Fatal("overloaded request changed the index")
+	}
+	e.do(t, "GET", "/readyz", "").want(t, 200) // overload is not unreadiness
+	e.store.overloaded.Store(false)
+	e.do(t, "POST", "/v1/events", stored(0, 1, "null", 1)).want(t, 200)
+}
+
+func TestFenced(t *testing.T) {
+	e := newEnv(t, DefaultConfig())
+	e.do(t, "POST", "/v1/events", stored(0, 1, "null", 1, 2)).want(t, 200)
+	e.store.failFence.Store(true)
+	before := e.store.ix.Stats()
+	r := e.do(t, "POST", "/v1/events", stored(0, 2, "1002", 3)).want(t, 503)
+	if !bytes.Contains(r.body, []byte("fenced")) {
+		t.Fatalf("fenced answer: %s", r.body)
+	}
+	appends, _ := e.store.counts()
+	// Later ingest is refused before reaching the store.
+	e.do(t, "POST", "/v1/events", stored(0, 2, "1002", 3)).want(t, 503)
+	e.do(t, "DELETE", "/v1/workers/0", "").want(t, 503)
+	if a, _ := e.store.counts(); a != appends || e.store.ix.Stats() != before {
+		t.Fatal("fenced requests changed something")
+	}
+	r = e.do(t, "GET", "/readyz", "").want(t, 503)
+	if !bytes.Contains(r.body, []byte("no space left on device")) || !bytes.Contains(r.body, []byte(`"status":"fenced"`)) {
+		t.Fatalf("readyz: %s", r.body)
+	}
+	var ma matchAnswer
+	e.do(t, "POST", "/v1/match", `{"local_hashes":[1,2]}`).want(t, 200).decode(t, &ma)
+	if len(ma.Scores) != 1 || ma.Scores[0].MatchedBlocks != 2 {
+		t.Fatalf("match while fenced: %+v", ma)
+	}
+	e.do(t, "GET", "/v1/workers", "").want(t, 200)
+	var stats map[string]any
+	e.do(t, "GET", "/v1/stats", "").want(t, 200).decode(t, &stats)
+	if stats["wal_fenced"] != true {
+		t.Fatalf("stats while fenced: %v", stats)
+	}
+}
+
+func TestFencedFromWALStats(t *testing.T) {
+	e := newEnv(t, DefaultConfig())
+	e.store.mu.Lock()
+	e.store.fenced = true
+	e.store.mu.Unlock()
+	e.do(t, "GET", "/readyz", "").want(t, 503)
+	e.do(t, "POST", "/v1/events", stored(0, 1, "null", 1)).want(t, 503)
+	if a, _ := e.store.counts(); a != 0 {
+		t.Fatal("append reached a fenced store")
+	}
+}
+
+func TestSnapshotEndpoint(t *testing.T) {
+	e := newEnv(t, DefaultConfig())
+	var sa struct {
+		WALIndex uint64 `json:"wal_index"`
+		File     string `json:"file"`
+	}
+	e.do(t, "POST", "/v1/snapshot", "").want(t, 200).decode(t, &sa) // empty index
+	if sa.WALIndex != 0 || sa.File == "" {
+		t.Fatalf("empty snapshot %+v", sa)
+	}
+	e.do(t, "POST", "/v1/events", stored(0, 1, "null", 1)).want(t, 200)
+	e.do(t, "POST", "/v1/snapshot", "").want(t, 200).decode(t, &sa)
+	if sa.WALIndex != 1 {
+		t.Fatalf("snapshot %+v", sa)
+	}
+	var stats statsJSON
+	e.do(t, "GET", "/v1/stats", "").want(t, 200).decode(t, &stats)
+	if stats.SnapshotLastIndex != 1 || stats.SnapshotLastTime == nil || time.Since(*stats.SnapshotLastTime) > time.Minute {
+		t.Fatalf("stats after snapshot %+v", stats)
+	}
+	e.store.snapErr.Store(errBox{fmt.Errorf("disk full")})
+	r := e.do(t, "POST", "/v1/snapshot", "").want(t, 500)
+	if !bytes.Contains(r.body, []byte("disk full")) {
+		t.Fatalf("failed snapshot: %s", r.body)
+	}
+}
+
+func newTestHTTP(t *testing.T, h http.Handler) *httptest.Server {
+	ts := httptest.NewServer(h)
+	t.Cleanup(ts.Close)
+	return ts
+}

@@ -1,0 +1,31 @@
+package node
+
+import (
+	"context"
+
+	"github.com/kvidx/kvidx/engine"
+	"github.com/kvidx/kvidx/wal"
+)
+
+// Store is what the server needs from the durable index (package recovery
+// provides it). Every method must be safe for concurrent use.
+type Store interface {
+	// Index returns the live index that Append applies to; queries read it.
+	Index() *engine.Index
+	// Append logs events as one atomic WAL batch and applies them once
+	// durable under the sync policy. It returns the WAL index of the entry
+	// holding them and results[i], the engine's Apply error for events[i]
+	// (nil when applied). err wraps wal.ErrOverloaded when the commit queue
+	// is full and wal.ErrFenced after a write or fsync failure; then nothing
+	// of the batch was acknowledged.
+	Append(ctx context.Context, events []engine.Event, positions []wal.Position) (index uint64, results []error, err error)
+	// Snapshot writes and publishes a snapshot of the index, returning its
+	// file and the WAL index it covers.
+	Snapshot(ctx context.Context) (path string, index uint64, err error)
+	// Applied returns the WAL index of the last entry applied to the index.
+	Applied() (index uint64, positions []wal.Position)
+	// WALStats returns the WAL's counters.
+	WALStats() wal.Stats
+	// WALRange returns the first and last index in the WAL (0, 0 when empty).
+	WALRange() (first, last uint64, err error)
+}
