@@ -60,7 +60,7 @@ file may be plain JSON lines or gzipped.`,
 			if err := cfg.Validate(); err != nil {
 				return fmt.Errorf("bench: %w", err)
 			}
-			tr, err := loadBenchTrace(traceFile)
+			tr, err := loadTrace(traceFile)
 			if err != nil {
 				return err
 			}
@@ -114,8 +114,8 @@ file may be plain JSON lines or gzipped.`,
 	return cmd
 }
 
-// loadBenchTrace reads the trace file, or the embedded trace when path is empty.
-func loadBenchTrace(path string) (*workload.Trace, error) {
+// loadTrace reads the trace file, or the embedded trace when path is empty.
+func loadTrace(path string) (*workload.Trace, error) {
 	if path == "" {
 		tr, err := workload.ReadTrace(bytes.NewReader(kvidx.MooncakeTraceGz))
 		if err != nil {
@@ -125,7 +125,7 @@ func loadBenchTrace(path string) (*workload.Trace, error) {
 	}
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
+		return nil, fmt.Errorf("trace: %w", err)
 	}
 	defer f.Close()
 	tr, err := workload.ReadTrace(f)
