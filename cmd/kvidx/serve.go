@@ -1,0 +1,179 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/kvidx/kvidx/node"
+	"github.com/kvidx/kvidx/recovery"
+	"github.com/kvidx/kvidx/wal"
+)
+
+type serveFlags struct {
+	dataDir        string
+	listen         string
+	sync           string
+	syncInterval   time.Duration
+	blockSize      int
+	snapshotEvents uint64
+	snapshotEvery  time.Duration
+	keepSnapshots  int
+	logFormat      string
+	maxBodyBytes   int64
+	finalSnapshot  bool
+}
+
+func newServeCmd() *cobra.Command {
+	f := serveFlags{}
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run a router node: recover the index, then serve the HTTP API",
+		Long: `Serve recovers the index of --data-dir (the newest good snapshot plus the
+write-ahead log after it; a missing directory starts a new index), then serves
+the HTTP API on --listen:
+
+  POST   /v1/events            NDJSON or a JSON array of KV-cache events
+  POST   /v1/match             {"tokens":[...]} or {"local_hashes":[...]}
+  GET    /v1/workers           blocks per worker key
+  DELETE /v1/workers/{id}      forget a worker (logged like any event)
+  GET    /v1/stats             index size, counters, WAL and snapshot state
+  POST   /v1/snapshot          take a snapshot now
+  GET    /healthz, /readyz     liveness; readiness (after recovery)
+  GET    /metrics              Prometheus metrics
+
+An event request is acknowledged once it is durable under --sync and applied.
+Snapshots are taken every --snapshot-every-events events and every
+--snapshot-interval (when something changed), and at shutdown (SIGTERM or
+SIGINT) unless --final-snapshot=false.
+
+Every flag can also be set by an environment variable: KVIDX_ and the flag
+name in upper case with _ for -, e.g. KVIDX_DATA_DIR=/var/lib/kvidx.`,
+		Example: `  kvidx serve
+  kvidx serve --data-dir /var/lib/kvidx --listen 127.0.0.1:8585 --sync always
+  curl -s localhost:8585/v1/match -d '{"local_hashes":[101,102]}'`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := flagsFromEnv(cmd.Flags()); err != nil {
+				return err
+			}
+			return runServe(cmd, f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.dataDir, "data-dir", "./kvidx-data", "data directory (write-ahead log, snapshots)")
+	fl.StringVar(&f.listen, "listen", "127.0.0.1:8585", "address of the HTTP API")
+	fl.StringVar(&f.sync, "sync", "always", "WAL sync policy: always (fsync before acknowledging), interval, none")
+	fl.DurationVar(&f.syncInterval, "sync-interval", 5*time.Millisecond, "longest time between fsyncs under --sync interval")
+	fl.IntVar(&f.blockSize, "block-size", 16, "tokens per block of a token query that names no block_size")
+	fl.Uint64Var(&f.snapshotEvents, "snapshot-every-events", 1_000_000, "take a snapshot after this many events (0: never)")
+	fl.DurationVar(&f.snapshotEvery, "snapshot-interval", 10*time.Minute, "take a snapshot this often when the index changed (0: never)")
+	fl.IntVar(&f.keepSnapshots, "keep-snapshots", 2, "snapshots kept; the WAL is truncated only up to the oldest kept one")
+	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
+	fl.Int64Var(&f.maxBodyBytes, "max-body-bytes", 16<<20, "largest request body accepted")
+	fl.BoolVar(&f.finalSnapshot, "final-snapshot", true, "take a snapshot at shutdown")
+	return cmd
+}
+
+// flagsFromEnv sets every flag not given on the command line from its
+// KVIDX_ environment variable, if set.
+func flagsFromEnv(fs *pflag.FlagSet) error {
+	var errs []error
+	fs.VisitAll(func(fl *pflag.Flag) {
+		if fl.Changed {
+			return
+		}
+		name := "KVIDX_" + strings.ToUpper(strings.ReplaceAll(fl.Name, "-", "_"))
+		if v, ok := os.LookupEnv(name); ok {
+			if err := fs.Set(fl.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %w", name, v, err))
+			}
+		}
+	})
+	return errors.Join(errs...)
+}
+
+func runServe(cmd *cobra.Command, f serveFlags) error {
+	var handler slog.Handler
+	switch f.logFormat {
+	case "text":
+		handler = slog.NewTextHandler(cmd.ErrOrStderr(), nil)
+	case "json":
+		handler = slog.NewJSONHandler(cmd.ErrOrStderr(), nil)
+	default:
+		return fmt.Errorf("serve: --log-format %q: want text or json", f.logFormat)
+	}
+	log := slog.New(handler)
+	policy, err := wal.ParseSyncPolicy(f.sync)
+	if err != nil {
+		return fmt.Errorf("serve: --sync: %w", err)
+	}
+	if policy == wal.SyncNone {
+		log.Warn("--sync none: acknowledged events are not fsynced and an OS crash or power loss can lose them; use it for tests and benchmarks only")
+	}
+	if host, _, err := net.SplitHostPort(f.listen); err == nil {
+		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			log.Warn("the HTTP API has no authentication and listens beyond loopback", "listen", f.listen)
+		}
+	}
+	ln, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+
+	cfg := node.DefaultConfig()
+	cfg.MaxBodyBytes = f.maxBodyBytes
+	cfg.DefaultBlockSize = f.blockSize
+	cfg.SnapshotEveryEvents = f.snapshotEvents
+	cfg.SnapshotInterval = f.snapshotEvery
+	cfg.FinalSnapshot = f.finalSnapshot
+	cfg.Logger = log
+	srv := node.New(cfg)
+	srv.SetStarting("recovering " + f.dataDir)
+	// Serve /healthz and /readyz while recovery runs.
+	served := make(chan error, 1)
+	go func() { served <- srv.Run(ctx, ln) }()
+
+	store, err := recovery.Open(ctx, f.dataDir, recovery.Options{
+		Sync:          policy,
+		SyncInterval:  f.syncInterval,
+		KeepSnapshots: f.keepSnapshots,
+		Logger:        log,
+		WrapStore:     node.NewWALInstrument(srv.Metrics(), nil),
+	})
+	if err != nil {
+		stop()
+		<-served
+		return fmt.Errorf("serve: %w", err)
+	}
+	rep := store.Report()
+	srv.Metrics().ObserveRecovery(rep.Duration, int(rep.ReplayedEntries))
+	if rep.SnapshotUsed.Path != "" {
+		if fi, err := os.Stat(rep.SnapshotUsed.Path); err == nil {
+			srv.SetLastSnapshot(rep.SnapshotUsed.Index, fi.ModTime())
+		}
+	}
+	srv.SetStore(store)
+	log.Info("ready", "data_dir", f.dataDir, "listen", ln.Addr().String(), "snapshot", rep.SnapshotUsed.Path,
+		"replayed_entries", rep.ReplayedEntries, "recovery", rep.Duration)
+	runErr := <-served
+	if err := store.Close(); err != nil {
+		runErr = errors.Join(runErr, err)
+	}
+	if runErr != nil {
+		return fmt.Errorf("serve: %w", runErr)
+	}
+	log.Info("stopped")
+	return nil
+}

@@ -1,0 +1,149 @@
+package recovery
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/kvidx/kvidx/snapshot"
+)
+
+// Layout names inside a data directory.
+const (
+	// FormatFileName holds the data directory's format line.
+	FormatFileName = "FORMAT"
+	// WALDirName is the write-ahead log's directory.
+	WALDirName = "wal"
+	// SnapshotDirName is the snapshots' directory.
+	SnapshotDirName = "snapshots"
+	// FormatVersion is the data directory format this package writes and
+	// the only one it opens.
+	FormatVersion = 1
+
+	formatMagic = "kvidx-data"
+)
+
+// ErrFormat: the data directory's FORMAT file names a format this version
+// does not read, or is damaged, or data exists without it.
+var ErrFormat = errors.New("unsupported data directory format")
+
+// readFormat returns the version in dir's FORMAT file, or 0 (and no error)
+// when there is no FORMAT file.
+func readFormat(dir string) (int, error) {
+	path := filepath.Join(dir, FormatFileName)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("data dir %s: %w", dir, err)
+	}
+	line, ok := strings.CutSuffix(string(b), "\n")
+	fields := strings.Fields(line)
+	if !ok || len(fields) != 2 || fields[0] != formatMagic {
+		return 0, fmt.Errorf("data dir %s: %s is %q, want %q: %w", dir, FormatFileName, truncate(string(b), 64), fmt.Sprintf("%s %d\n", formatMagic, FormatVersion), ErrFormat)
+	}
+	v, err := strconv.Atoi(fields[1])
+	if err != nil || v < 1 {
+		return 0, fmt.Errorf("data dir %s: %s holds version %q: %w", dir, FormatFileName, fields[1], ErrFormat)
+	}
+	return v, nil
+}
+
+// checkFormat refuses a data directory of another format version.
+func checkFormat(dir string, v int) error {
+	if v > FormatVersion {
+		return fmt.Errorf("data dir %s: format version %d is newer than this kvidx reads (%d): upgrade kvidx, do not downgrade a data directory: %w", dir, v, FormatVersion, ErrFormat)
+	}
+	if v != 0 && v != FormatVersion {
+		return fmt.Errorf("data dir %s: format version %d, this kvidx reads %d: %w", dir, v, FormatVersion, ErrFormat)
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}
+
+// hasData tells whether dir already holds kvidx data: a WAL segment with
+// entries or past index 1, or a published snapshot.
+func hasData(dir string) (bool, error) {
+	ents, err := os.ReadDir(filepath.Join(dir, WALDirName))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return false, fmt.Errorf("data dir %s: %w", dir, err)
+	}
+	for _, e := range ents {
+		name := e.Name()
+		if len(name) < 20 {
+			continue
+		}
+		n, err := strconv.ParseUint(name[:20], 10, 64)
+		if err != nil || n == 0 {
+			continue
+		}
+		if n != 1 {
+			return true, nil
+		}
+		if fi, err := e.Info(); err != nil || fi.Size() > 0 {
+			return true, nil
+		}
+	}
+	snaps, err := snapshot.List(filepath.Join(dir, SnapshotDirName))
+	if err != nil {
+		return false, err
+	}
+	return len(snaps) > 0, nil
+}
+
+// initDir makes dir a new data directory: snapshots dir, then the FORMAT
+// file written to a temporary name, fsynced and renamed, then the
+// directory (and its parent, which may have just got it) fsynced.
+func initDir(dir string) error {
+	if err := os.MkdirAll(filepath.Join(dir, SnapshotDirName), 0o750); err != nil {
+		return fmt.Errorf("data dir %s: %w", dir, err)
+	}
+	path := filepath.Join(dir, FormatFileName)
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o640)
+	if err != nil {
+		return fmt.Errorf("data dir %s: %w", dir, err)
+	}
+	_, err = fmt.Fprintf(f, "%s %d\n", formatMagic, FormatVersion)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("data dir %s: write %s: %w", dir, FormatFileName, err)
+	}
+	for _, d := range []string{filepath.Join(dir, SnapshotDirName), dir, filepath.Dir(dir)} {
+		if err := syncDir(d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("fsync dir %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("fsync dir %s: %w", dir, err)
+	}
+	return nil
+}

@@ -1,0 +1,245 @@
+package recovery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/kvidx/kvidx/engine"
+	"github.com/kvidx/kvidx/snapshot"
+	"github.com/kvidx/kvidx/wal"
+)
+
+// ErrUnrecoverable: the data directory's snapshots and WAL do not cover the
+// acknowledged history; Open refuses to start rather than lose data.
+var ErrUnrecoverable = errors.New("history not recoverable")
+
+// recover chooses a snapshot, loads it and replays the WAL after it.
+func (s *Store) recover(ctx context.Context) error {
+	r := &s.report
+	var err error
+	if r.FirstIndex, err = s.log.FirstIndex(); err != nil {
+		return err
+	}
+	if r.LastIndex, err = s.log.LastIndex(); err != nil {
+		return err
+	}
+	first, last := r.FirstIndex, r.LastIndex
+	gaps, err := findGaps(filepath.Join(s.dir, WALDirName))
+	if err != nil {
+		return err
+	}
+	// contig: the first index from which the WAL is whole up to last.
+	contig := first
+	for _, g := range gaps {
+		contig = max(contig, g.To+1)
+	}
+	snaps, err := snapshot.List(s.snapDir)
+	if err != nil {
+		return err
+	}
+	refuse := func(why string) error {
+		return s.unrecoverable(why, snaps, gaps)
+	}
+	// A published snapshot proves the WAL once reached its index.
+	if len(snaps) > 0 && snaps[0].Index > last {
+		return refuse(fmt.Sprintf("snapshot %s is at WAL index %d but the WAL ends at %d: acknowledged entries %d..%d are missing",
+			snaps[0].Path, snaps[0].Index, last, last+1, snaps[0].Index))
+	}
+
+	var (
+		ix   *engine.Index
+		used snapshot.File
+		meta snapshot.Meta
+	)
+	for _, f := range snaps {
+		if f.Index+1 < contig {
+			reason := fmt.Sprintf("the WAL does not reach back to it: entries %d..%d are needed", f.Index+1, contig-1)
+			if first <= f.Index+1 {
+				reason = fmt.Sprintf("the WAL entries after it are not whole: %s", gapsAfter(gaps, f.Index))
+			}
+			s.skip(f, reason)
+			continue
+		}
+		start := time.Now()
+		lix, m, err := snapshot.Load(ctx, f.Path)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			s.skip(f, err.Error())
+			continue
+		}
+		if m.Index != f.Index {
+			s.skip(f, fmt.Sprintf("its meta says WAL index %d, its name %d", m.Index, f.Index))
+			continue
+		}
+		r.SnapshotLoad = time.Since(start)
+		ix, used, meta = lix, f, m
+		break
+	}
+	from := uint64(1)
+	if ix != nil {
+		r.SnapshotUsed = SnapshotRef{Path: used.Path, Index: used.Index}
+		s.applied = used.Index
+		for _, src := range meta.Sources {
+			s.positions = mergePosition(s.positions, wal.Position{Source: src.Name, Seq: src.Seq})
+		}
+		from = used.Index + 1
+		s.logger.Info("snapshot loaded", "path", used.Path, "index", used.Index,
+			"holder_blocks", meta.Stats.HolderBlocks, "duration", r.SnapshotLoad)
+	} else {
+		if contig > 1 {
+			why := fmt.Sprintf("no usable snapshot, and the WAL does not begin at index 1 (entries 1..%d are gone)", contig-1)
+			if first == 1 {
+				why = "no usable snapshot, and the WAL is not whole from index 1"
+			}
+			return refuse(why)
+		}
+		ix = engine.New()
+	}
+	s.ix = ix
+	for _, f := range r.SnapshotsSkipped {
+		s.logger.Warn("snapshot skipped", "path", f.Path, "index", f.Index, "reason", f.Reason)
+	}
+	if err := s.replay(ctx, from, last); err != nil {
+		return fmt.Errorf("data dir %s: replay: %w (%s)", s.dir, err, s.found(snaps, gaps))
+	}
+	return nil
+}
+
+func (s *Store) skip(f snapshot.File, reason string) {
+	s.report.SnapshotsSkipped = append(s.report.SnapshotsSkipped, SkippedSnapshot{Path: f.Path, Index: f.Index, Reason: reason})
+}
+
+func gapsAfter(gaps []walGap, index uint64) string {
+	var d []string
+	for _, g := range gaps {
+		if g.To > index {
+			d = append(d, g.Desc)
+		}
+	}
+	return strings.Join(d, "; ")
+}
+
+// found describes what recovery found: the WAL's range and gaps, and every
+// snapshot with the reason it was skipped.
+func (s *Store) found(snaps []snapshot.File, gaps []walGap) string {
+	var b strings.Builder
+	r := &s.report
+	if r.FirstIndex > r.LastIndex {
+		fmt.Fprintf(&b, "WAL empty, next index %d", r.FirstIndex)
+	} else {
+		fmt.Fprintf(&b, "WAL entries %d..%d", r.FirstIndex, r.LastIndex)
+	}
+	for _, g := range gaps {
+		fmt.Fprintf(&b, "; WAL %s", g.Desc)
+	}
+	if len(snaps) == 0 {
+		b.WriteString("; no snapshot")
+	}
+	for _, f := range snaps {
+		fmt.Fprintf(&b, "; snapshot %s (index %d)", f.Path, f.Index)
+		for _, sk := range r.SnapshotsSkipped {
+			if sk.Path == f.Path {
+				fmt.Fprintf(&b, " skipped: %s", sk.Reason)
+			}
+		}
+		if f.Path == r.SnapshotUsed.Path {
+			b.WriteString(" used")
+		}
+	}
+	return b.String()
+}
+
+func (s *Store) unrecoverable(why string, snaps []snapshot.File, gaps []walGap) error {
+	return fmt.Errorf("data dir %s: refusing to start: %s (found: %s): %w", s.dir, why, s.found(snaps, gaps), ErrUnrecoverable)
+}
+
+// replay applies the WAL entries from..last, as live appends do. A reader
+// goroutine reads and decodes entries ahead while this one applies them.
+func (s *Store) replay(ctx context.Context, from, last uint64) (err error) {
+	r := &s.report
+	if from > last {
+		return nil
+	}
+	start := time.Now()
+	defer func() { r.Replay = time.Since(start) }()
+	total := last - from + 1
+	s.logger.Info("replaying WAL", "from", from, "to", last, "entries", total)
+
+	type item struct {
+		e   wal.Entry
+		err error
+	}
+	ch := make(chan item, 256)
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		defer close(ch)
+		defer func() {
+			if v := recover(); v != nil { // tidwall/wal panics on some damage
+				ch <- item{err: fmt.Errorf("reading the WAL after entry %d: panic: %v: %w", from-1, v, wal.ErrCorrupt)}
+			}
+		}()
+		for e, err := range s.log.Entries(from) {
+			from = e.Index + 1
+			select {
+			case ch <- item{e, err}:
+			case <-stop:
+				return
+			}
+			if err != nil || e.Index >= last {
+				return
+			}
+		}
+	}()
+	defer func() {
+		close(stop)
+		for range ch {
+		}
+		<-done
+	}()
+
+	lastLog, lastDone := start, uint64(0)
+	for it := range ch {
+		if it.err != nil {
+			return it.err
+		}
+		e := &it.e
+		if e.Index != s.applied+1 {
+			return fmt.Errorf("WAL entry %d follows entry %d: %w", e.Index, s.applied, wal.ErrCorrupt)
+		}
+		results, ops := s.applyEntry(e)
+		r.ReplayedEntries++
+		r.ReplayedEvents += uint64(len(e.Events))
+		r.ReplayedBlockOps += uint64(ops)
+		for _, re := range results {
+			if re != nil {
+				r.ReplayRejected++
+			}
+		}
+		if e.Index >= last {
+			break
+		}
+		if r.ReplayedEntries&63 == 0 {
+			if now := time.Now(); now.Sub(lastLog) >= s.opts.ProgressInterval {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				done := r.ReplayedEntries
+				s.logger.Info("replaying WAL", "entry", e.Index, "last", last,
+					"percent", fmt.Sprintf("%.1f", 100*float64(done)/float64(total)),
+					"entries_per_s", int(float64(done-lastDone)/now.Sub(lastLog).Seconds()))
+				lastLog, lastDone = now, done
+			}
+		}
+	}
+	if s.applied != last {
+		return fmt.Errorf("WAL replay stopped at entry %d, the WAL's last is %d: %w", s.applied, last, wal.ErrCorrupt)
+	}
+	return nil
+}

@@ -1,0 +1,467 @@
+package recovery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvidx/kvidx/engine"
+	"github.com/kvidx/kvidx/snapshot"
+	"github.com/kvidx/kvidx/wal"
+)
+
+func batches(seed uint64, from, to uint64) [][]engine.Event {
+	var out [][]engine.Event
+	for b := from; b <= to; b++ {
+		out = append(out, genBatch(seed, b))
+	}
+	return out
+}
+
+func TestNewDirAppendReopen(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	s := mustOpen(t, dir, testOptions())
+	if r := s.Report(); !r.Created || r.SnapshotUsed.Path != "" || r.ReplayedEntries != 0 {
+		t.Fatalf("report of a new dir: %+v", r)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, FormatFileName)); err != nil || string(b) != "kvidx-data 1\n" {
+		t.Fatalf("FORMAT = %q, %v", b, err)
+	}
+	bs := batches(1, 1, 50)
+	var rejected int
+	for i, b := range bs {
+		idx, res, err := s.Append(context.Background(), b, []wal.Position{{Source: "gen", Seq: uint64(i + 1)}})
+		if err != nil || idx != uint64(i+1) {
+			t.Fatalf("Append %d: %d, %v", i, idx, err)
+		}
+		for _, e := range res {
+			if e != nil {
+				rejected++
+			}
+		}
+	}
+	want := model(bs)
+	sameState(t, s.Index(), want)
+	if rejected == 0 {
+		t.Fatal("the generator produced no rejection")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = mustOpen(t, dir, testOptions())
+	defer s.Close()
+	r := s.Report()
+	if r.Created || r.ReplayedEntries != 50 || r.FirstIndex != 1 || r.LastIndex != 50 || r.ReplayRejected != uint64(rejected) {
+		t.Fatalf("report: %+v (rejected live %d)", r, rejected)
+	}
+	sameState(t, s.Index(), want)
+	idx, pos := s.Applied()
+	if idx != 50 || len(pos) != 1 || pos[0] != (wal.Position{Source: "gen", Seq: 50}) {
+		t.Fatalf("Applied = %d %v", idx, pos)
+	}
+}
+
+func TestSnapshotTruncateAndFallback(t *testing.T) {
+	dir := t.TempDir()
+	s := mustOpen(t, dir, testOptions())
+	bs := batches(2, 1, 90)
+	var snaps []uint64
+	for i, b := range bs {
+		mustAppend(t, s, b, wal.Position{Source: "a", Seq: uint64(i)}, wal.Position{Source: fmt.Sprint("s", i%3), Seq: uint64(i)})
+		if (i+1)%30 == 0 {
+			_, idx, err := s.Snapshot(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			snaps = append(snaps, idx)
+			first, _ := s.log.FirstIndex()
+			switch len(snaps) {
+			case 1:
+				if first != 1 {
+					t.Fatalf("WAL truncated to %d with one snapshot", first)
+				}
+			default:
+				if want := snaps[len(snaps)-2] + 1; first != want {
+					t.Fatalf("after snapshots %v WAL first index %d, want %d", snaps, first, want)
+				}
+			}
+		}
+	}
+	// Nothing new: the same snapshot.
+	p1, i1, _ := s.Snapshot(context.Background())
+	p2, i2, err := s.Snapshot(context.Background())
+	if err != nil || p1 != p2 || i1 != i2 || i1 != 90 {
+		t.Fatalf("idle snapshot: %s %d, %s %d, %v", p1, i1, p2, i2, err)
+	}
+	mustAppend(t, s, genBatch(2, 91))
+	bs = append(bs, genBatch(2, 91))
+	_, wantPos := s.Applied()
+	s.Close()
+	want := model(bs)
+
+	s = mustOpen(t, dir, testOptions())
+	r := s.Report()
+	if r.SnapshotUsed.Index != 90 || r.ReplayedEntries != 1 || len(r.SnapshotsSkipped) != 0 {
+		t.Fatalf("report: %+v", r)
+	}
+	sameState(t, s.Index(), want)
+	if _, pos := s.Applied(); fmt.Sprint(pos) != fmt.Sprint(wantPos) {
+		t.Fatalf("positions %v, want %v", pos, wantPos)
+	}
+	s.Close()
+
+	list, _ := snapshot.List(filepath.Join(dir, SnapshotDirName))
+	if len(list) != 2 || list[0].Index != 90 || list[1].Index != 60 {
+		t.Fatalf("snapshots kept: %v", list)
+	}
+	for _, damage := range []string{"truncate", "flip"} {
+		t.Run(damage, func(t *testing.T) {
+			d := t.TempDir()
+			copyDir(t, dir, d)
+			newest := filepath.Join(d, SnapshotDirName, filepath.Base(list[0].Path))
+			b, _ := os.ReadFile(newest)
+			if damage == "truncate" {
+				b = b[:len(b)/2]
+			} else {
+				for i := 2 * 4096; i < len(b); i++ { // every page after bbolt's two meta pages
+					b[i] ^= 0x5a
+				}
+			}
+			os.WriteFile(newest, b, 0o640)
+			s := mustOpen(t, d, testOptions())
+			defer s.Close()
+			r := s.Report()
+			if r.SnapshotUsed.Index != 60 || r.ReplayedEntries != 31 {
+				t.Fatalf("report: %+v", r)
+			}
+			if len(r.SnapshotsSkipped) != 1 || r.SnapshotsSkipped[0].Path != newest || r.SnapshotsSkipped[0].Reason == "" {
+				t.Fatalf("skipped: %+v", r.SnapshotsSkipped)
+			}
+			t.Logf("skipped %s: %s", filepath.Base(newest), r.SnapshotsSkipped[0].Reason)
+			sameState(t, s.Index(), want)
+			if _, pos := s.Applied(); fmt.Sprint(pos) != fmt.Sprint(wantPos) {
+				t.Fatalf("positions %v, want %v", pos, wantPos)
+			}
+		})
+	}
+	t.Run("both damaged", func(t *testing.T) {
+		d := t.TempDir()
+		copyDir(t, dir, d)
+		for _, f := range list {
+			os.Truncate(filepath.Join(d, SnapshotDirName, filepath.Base(f.Path)), 100)
+		}
+		_, err := Open(context.Background(), d, testOptions())
+		if !errors.Is(err, ErrUnrecoverable) || !strings.Contains(err.Error(), "WAL entries 61..91") {
+			t.Fatalf("Open = %v", err)
+		}
+		t.Log(err)
+	})
+}
+
+func TestEmptyWALAfterSnapshot(t *testing.T) {
+	dir := t.TempDir()
+	opts := testOptions()
+	opts.KeepSnapshots = 1
+	s := mustOpen(t, dir, opts)
+	bs := batches(3, 1, 20)
+	for _, b := range bs {
+		mustAppend(t, s, b)
+	}
+	if _, idx, err := s.Snapshot(context.Background()); err != nil || idx != 20 {
+		t.Fatal(idx, err)
+	}
+	if f, _ := s.log.FirstIndex(); f != 21 {
+		t.Fatalf("first index %d", f)
+	}
+	s.Close()
+	s = mustOpen(t, dir, opts)
+	if r := s.Report(); r.FirstIndex != 21 || r.LastIndex != 20 || r.SnapshotUsed.Index != 20 || r.ReplayedEntries != 0 {
+		t.Fatalf("report %+v", r)
+	}
+	sameState(t, s.Index(), model(bs))
+	if idx := mustAppend(t, s, genBatch(3, 21)); idx != 21 {
+		t.Fatalf("next append got index %d, want 21", idx)
+	}
+	s.Close()
+
+	// Without its snapshot, an emptied WAL cannot be recovered.
+	os.RemoveAll(filepath.Join(dir, SnapshotDirName))
+	_, err := Open(context.Background(), dir, opts)
+	if !errors.Is(err, ErrUnrecoverable) || !strings.Contains(err.Error(), "entries 1..20 are gone") {
+		t.Fatalf("Open = %v", err)
+	}
+	t.Log(err)
+}
+
+func TestWALBehindSnapshot(t *testing.T) {
+	dir := t.TempDir()
+	s := mustOpen(t, dir, testOptions())
+	bs := batches(4, 1, 30)
+	for i, b := range bs {
+		mustAppend(t, s, b)
+		if i == 9 {
+			s.Snapshot(context.Background())
+		}
+	}
+	s.Snapshot(context.Background())
+	s.Close()
+	// Lose the WAL tail (entries 26..30) but keep snapshot 30: refuse.
+	if err := wal.RepairTruncateAfter(filepath.Join(dir, WALDirName), 25, t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Open(context.Background(), dir, testOptions())
+	if !errors.Is(err, ErrUnrecoverable) || !strings.Contains(err.Error(), "acknowledged entries 26..30 are missing") {
+		t.Fatalf("Open = %v", err)
+	}
+	t.Log(err)
+	// The operator accepts the loss by removing the newer snapshot.
+	os.Remove(filepath.Join(dir, SnapshotDirName, snapshot.FileName(30)))
+	s = mustOpen(t, dir, testOptions())
+	defer s.Close()
+	if r := s.Report(); r.SnapshotUsed.Index != 10 || r.ReplayedEntries != 15 {
+		t.Fatalf("report %+v", r)
+	}
+	sameState(t, s.Index(), model(bs[:25]))
+	if idx := mustAppend(t, s, nil); idx != 26 {
+		t.Fatalf("next index %d", idx)
+	}
+}
+
+func TestDeletedWAL(t *testing.T) {
+	dir := t.TempDir()
+	s := mustOpen(t, dir, testOptions())
+	for _, b := range batches(5, 1, 10) {
+		mustAppend(t, s, b)
+	}
+	s.Snapshot(context.Background())
+	s.Close()
+	segs, _ := listSegments(filepath.Join(dir, WALDirName))
+	for _, sg := range segs {
+		os.Remove(filepath.Join(dir, WALDirName, sg.name))
+	}
+	_, err := Open(context.Background(), dir, testOptions())
+	if !errors.Is(err, ErrUnrecoverable) {
+		t.Fatalf("Open = %v", err)
+	}
+	t.Log(err)
+}
+
+func TestMissingMiddleSegment(t *testing.T) {
+	dir := t.TempDir()
+	opts := testOptions()
+	opts.SegmentSize = 2048
+	s := mustOpen(t, dir, opts)
+	bs := batches(6, 1, 400)
+	for _, b := range bs {
+		mustAppend(t, s, b)
+	}
+	s.Close()
+	walDir := filepath.Join(dir, WALDirName)
+	segs, _ := listSegments(walDir)
+	if len(segs) < 4 {
+		t.Fatalf("only %d segments", len(segs))
+	}
+	// A clean log opens.
+	s = mustOpen(t, dir, opts)
+	sameState(t, s.Index(), model(bs))
+	s.Close()
+	mid := segs[len(segs)/2]
+	next := segs[len(segs)/2+1]
+	os.Remove(filepath.Join(walDir, mid.name))
+	_, err := Open(context.Background(), dir, opts)
+	want := fmt.Sprintf("entries %d..%d are missing", mid.index, next.index-1)
+	if !errors.Is(err, ErrUnrecoverable) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Open = %v, want an error naming %q", err, want)
+	}
+	t.Log(err)
+}
+
+func TestGapBeforeSnapshotIsHarmless(t *testing.T) {
+	dir := t.TempDir()
+	opts := testOptions()
+	opts.SegmentSize = 2048
+	opts.KeepSnapshots = 5
+	s := mustOpen(t, dir, opts)
+	bs := batches(7, 1, 300)
+	for _, b := range bs {
+		mustAppend(t, s, b)
+	}
+	s.Snapshot(context.Background())
+	for _, b := range batches(7, 301, 320) {
+		mustAppend(t, s, b)
+	}
+	bs = append(bs, batches(7, 301, 320)...)
+	s.Close()
+	walDir := filepath.Join(dir, WALDirName)
+	segs, _ := listSegments(walDir)
+	os.Remove(filepath.Join(walDir, segs[1].name))
+	s = mustOpen(t, dir, opts)
+	defer s.Close()
+	if r := s.Report(); r.SnapshotUsed.Index != 300 || r.ReplayedEntries != 20 {
+		t.Fatalf("report %+v", r)
+	}
+	sameState(t, s.Index(), model(bs))
+}
+
+func TestFormat(t *testing.T) {
+	for _, c := range []struct{ content, want string }{
+		{"kvidx-data 2\n", "format version 2 is newer"},
+		{"kvidx-data x\n", "holds version"},
+		{"something else\n", "FORMAT is"},
+		{"kvidx-data 1", "FORMAT is"},
+	} {
+		dir := t.TempDir()
+		os.WriteFile(filepath.Join(dir, FormatFileName), []byte(c.content), 0o640)
+		_, err := Open(context.Background(), dir, testOptions())
+		if !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), c.want) {
+			t.Fatalf("FORMAT %q: Open = %v", c.content, err)
+		}
+		if _, err := os.Stat(filepath.Join(dir, WALDirName)); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("FORMAT %q: refused open created the wal dir", c.content)
+		}
+	}
+	// Data without a FORMAT file.
+	dir := t.TempDir()
+	s := mustOpen(t, dir, testOptions())
+	mustAppend(t, s, genBatch(1, 1))
+	s.Close()
+	os.Remove(filepath.Join(dir, FormatFileName))
+	if _, err := Open(context.Background(), dir, testOptions()); !errors.Is(err, ErrFormat) {
+		t.Fatalf("Open = %v", err)
+	}
+}
+
+func TestSecondOpenRefused(t *testing.T) {
+	dir := t.TempDir()
+	s := mustOpen(t, dir, testOptions())
+	_, err := Open(context.Background(), dir, testOptions())
+	if !errors.Is(err, wal.ErrLocked) {
+		t.Fatalf("second Open = %v", err)
+	}
+	s.Close()
+	s = mustOpen(t, dir, testOptions())
+	s.Close()
+	if _, _, err := s.Append(context.Background(), nil, nil); !errors.Is(err, wal.ErrClosed) {
+		t.Fatalf("Append after Close = %v", err)
+	}
+	if _, _, err := s.Snapshot(context.Background()); !errors.Is(err, wal.ErrClosed) {
+		t.Fatalf("Snapshot after Close = %v", err)
+	}
+}
+
+func TestTempFileRemoved(t *testing.T) {
+	dir := t.TempDir()
+	s := mustOpen(t, dir, testOptions())
+	s.Close()
+	tmp := filepath.Join(dir, SnapshotDirName, ".snapshot-00000000000000000007.tmp-123")
+	os.WriteFile(tmp, []byte("partial"), 0o640)
+	s = mustOpen(t, dir, testOptions())
+	defer s.Close()
+	if r := s.Report(); len(r.TempFilesRemoved) != 1 {
+		t.Fatalf("report %+v", r)
+	}
+	if _, err := os.Stat(tmp); !errors.Is(err, os.ErrNotExist) {
+		t.Fatal("temp file still there")
+	}
+}
+
+// Concurrent appends and snapshots: the commit order is the apply order,
+// and every snapshot is a consistent cut.
+func TestConcurrentAppendSnapshot(t *testing.T) {
+	dir := t.TempDir()
+	opts := testOptions()
+	opts.KeepSnapshots = 1000 // keep the whole WAL to rebuild the model
+	s := mustOpen(t, dir, opts)
+	var wg sync.WaitGroup
+	for p := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for b := range uint64(100) {
+				if _, _, err := s.Append(context.Background(), genBatch(uint64(10+p), b), []wal.Position{{Source: fmt.Sprint("p", p), Seq: b}}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for range 10 {
+			if _, _, err := s.Snapshot(context.Background()); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	wg.Wait()
+	var all [][]engine.Event
+	for e, err := range s.log.Entries(0) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, e.Events)
+	}
+	want := model(all)
+	sameState(t, s.Index(), want)
+	s.Close()
+	// Every snapshot equals the model cut at its index.
+	list, _ := snapshot.List(filepath.Join(dir, SnapshotDirName))
+	for _, f := range list {
+		ix, _, err := snapshot.Load(context.Background(), f.Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameState(t, ix, model(all[:f.Index]))
+	}
+	s = mustOpen(t, dir, opts)
+	defer s.Close()
+	sameState(t, s.Index(), want)
+	_, pos := s.Applied()
+	if len(pos) != 4 {
+		t.Fatalf("positions %v", pos)
+	}
+	for _, p := range pos {
+		if p.Seq != 99 {
+			t.Fatalf("positions %v", pos)
+		}
+	}
+}
+
+type logBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func TestReplayProgressLogged(t *testing.T) {
+	dir := t.TempDir()
+	s := mustOpen(t, dir, testOptions())
+	for _, b := range batches(8, 1, 300) {
+		mustAppend(t, s, b)
+	}
+	s.Close()
+	var buf logBuf
+	opts := testOptions()
+	opts.Logger = slog.New(slog.NewTextHandler(&buf, nil))
+	opts.ProgressInterval = time.Nanosecond
+	s = mustOpen(t, dir, opts)
+	s.Close()
+	out := buf.b.String()
+	if !strings.Contains(out, "percent=") || !strings.Contains(out, "entries_per_s=") || !strings.Contains(out, "replayed_entries=300") {
+		t.Fatalf("log:\n%s", out)
+	}
+}

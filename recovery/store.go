@@ -1,0 +1,396 @@
+package recovery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvidx/kvidx/engine"
+	"github.com/kvidx/kvidx/snapshot"
+	"github.com/kvidx/kvidx/wal"
+)
+
+// Options configure [Open]. The zero value is valid.
+type Options struct {
+	// Sync, SyncInterval, MaxPending, MaxEntryBytes and SegmentSize are
+	// passed to the WAL (see [wal.Options]); Sync defaults to
+	// [wal.SyncAlways].
+	Sync          wal.SyncPolicy
+	SyncInterval  time.Duration
+	MaxPending    int
+	MaxEntryBytes int
+	SegmentSize   int
+	// KeepSnapshots is K: how many snapshots are kept, and how many must
+	// exist before the WAL front is truncated (up to the oldest kept one).
+	// Default 2; 1 leaves no fallback if the only snapshot is damaged.
+	KeepSnapshots int
+	// Logger receives recovery progress and reports; default slog.Default().
+	Logger *slog.Logger
+	// ProgressInterval is the least time between two replay progress
+	// reports; default 1s.
+	ProgressInterval time.Duration
+	// WrapStore, if set, wraps the file layer the WAL writes through (see
+	// [wal.Options]): metrics and fault injection.
+	WrapStore func(wal.Store) wal.Store
+}
+
+// SnapshotRef names a snapshot file and its WAL index.
+type SnapshotRef struct {
+	Path  string
+	Index uint64
+}
+
+// SkippedSnapshot is a snapshot recovery did not use, and why.
+type SkippedSnapshot struct {
+	Path   string
+	Index  uint64
+	Reason string
+}
+
+// Report tells what [Open] found and did.
+type Report struct {
+	DataDir string
+	// Created: the directory held no data; a new index was started.
+	Created bool
+	// TempFilesRemoved are interrupted snapshot writes deleted at startup.
+	TempFilesRemoved []string
+	// SnapshotUsed is the snapshot loaded (zero when none: full replay).
+	SnapshotUsed SnapshotRef
+	// SnapshotsSkipped are the newer snapshots rejected, with the reason.
+	SnapshotsSkipped []SkippedSnapshot
+	// ReplayedEntries, ReplayedEvents and ReplayedBlockOps count what was
+	// replayed from the WAL after the snapshot (block ops: stored blocks
+	// plus removed block hashes); ReplayRejected the events the index
+	// rejected, as it did live.
+	ReplayedEntries, ReplayedEvents, ReplayedBlockOps, ReplayRejected uint64
+	// TornBytesDropped is what the WAL cut off a torn tail.
+	TornBytesDropped int64
+	// FirstIndex and LastIndex are the WAL's after open (First > Last: empty).
+	FirstIndex, LastIndex uint64
+	// SnapshotLoad, Replay and Duration time the snapshot load, the WAL
+	// replay and the whole Open.
+	SnapshotLoad, Replay, Duration time.Duration
+}
+
+// Store is a recovered index with its WAL open for appends and its
+// snapshots. Its methods are safe for concurrent use.
+type Store struct {
+	dir     string
+	snapDir string
+	opts    Options
+	logger  *slog.Logger
+	lock    *wal.DirLock
+	log     *wal.Log
+	ix      *engine.Index
+	report  Report
+
+	// mu serialises event application and the snapshot cut.
+	mu        sync.Mutex
+	applied   uint64
+	positions []wal.Position
+
+	// snapMu serialises Snapshot calls (and Close with them).
+	snapMu    sync.Mutex
+	lastSnap  SnapshotRef
+	haveSnap  bool
+	closed    atomic.Bool
+	closeErr  error
+	closeOnce sync.Once
+
+	// hook, if set, is called at the phases of Snapshot (tests).
+	hook func(phase string, index uint64)
+}
+
+// Open opens the data directory dir, creating it if needed, recovers its
+// index (see the package documentation) and returns it ready for appends.
+// It fails, changing nothing but an interrupted snapshot's temporary file
+// and the WAL's torn tail, when the directory's history cannot be recovered
+// whole.
+func Open(ctx context.Context, dir string, opts Options) (_ *Store, err error) {
+	start := time.Now()
+	if opts.KeepSnapshots < 1 {
+		opts.KeepSnapshots = 2
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.ProgressInterval <= 0 {
+		opts.ProgressInterval = time.Second
+	}
+	dir = filepath.Clean(dir)
+	s := &Store{
+		dir:     dir,
+		snapDir: filepath.Join(dir, SnapshotDirName),
+		opts:    opts,
+		logger:  opts.Logger.With("data_dir", dir),
+		report:  Report{DataDir: dir},
+	}
+	// Refuse a newer format before touching anything.
+	v, err := readFormat(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkFormat(dir, v); err != nil {
+		return nil, err
+	}
+	s.lock, err = wal.LockDir(filepath.Join(dir, WALDirName))
+	if err != nil {
+		return nil, fmt.Errorf("data dir %s: %w", dir, err)
+	}
+	defer func() {
+		if err != nil {
+			if s.log != nil {
+				s.log.Close()
+			}
+			s.lock.Unlock()
+		}
+	}()
+	if v, err = readFormat(dir); err != nil {
+		return nil, err
+	}
+	if err := checkFormat(dir, v); err != nil {
+		return nil, err
+	}
+	if v == 0 {
+		data, err := hasData(dir)
+		if err != nil {
+			return nil, err
+		}
+		if data {
+			return nil, fmt.Errorf("data dir %s: holds a WAL or snapshots but no %s file: not a kvidx data directory of a known format: %w", dir, FormatFileName, ErrFormat)
+		}
+		if err := initDir(dir); err != nil {
+			return nil, err
+		}
+		s.report.Created = true
+	} else if err := os.MkdirAll(s.snapDir, 0o750); err != nil {
+		return nil, fmt.Errorf("data dir %s: %w", dir, err)
+	}
+	if s.report.TempFilesRemoved, err = snapshot.CleanTemp(s.snapDir); err != nil {
+		return nil, err
+	}
+	for _, p := range s.report.TempFilesRemoved {
+		s.logger.Info("removed the temporary file of an interrupted snapshot", "path", p)
+	}
+	s.log, err = wal.Open(filepath.Join(dir, WALDirName), &wal.Options{
+		Sync:          opts.Sync,
+		SyncInterval:  opts.SyncInterval,
+		MaxPending:    opts.MaxPending,
+		MaxEntryBytes: opts.MaxEntryBytes,
+		SegmentSize:   opts.SegmentSize,
+		OnCommit:      s.onCommit,
+		Logger:        opts.Logger,
+		DirLock:       s.lock,
+		WrapStore:     opts.WrapStore,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("data dir %s: %w", dir, err)
+	}
+	s.report.TornBytesDropped = s.log.Stats().TornBytesDropped
+	if err := s.recover(ctx); err != nil {
+		return nil, err
+	}
+	s.report.Duration = time.Since(start)
+	r := &s.report
+	s.logger.Info("recovered",
+		"snapshot", r.SnapshotUsed.Path, "snapshot_index", r.SnapshotUsed.Index,
+		"snapshots_skipped", len(r.SnapshotsSkipped),
+		"replayed_entries", r.ReplayedEntries, "replayed_block_ops", r.ReplayedBlockOps,
+		"wal_first", r.FirstIndex, "wal_last", r.LastIndex, "torn_bytes", r.TornBytesDropped,
+		"duration", r.Duration)
+	return s, nil
+}
+
+// onCommit is the WAL's commit hook: it applies a committed entry, under
+// mu, exactly as replay does.
+func (s *Store) onCommit(e wal.Entry) []error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	results, _ := s.applyEntry(&e)
+	return results
+}
+
+// applyEntry applies e's events in order, then sets the applied index and
+// merges its positions. It returns per-event results (nil if none failed)
+// and the number of block ops. Called with mu held, or during recovery.
+func (s *Store) applyEntry(e *wal.Entry) (results []error, ops int) {
+	for i := range e.Events {
+		ev := &e.Events[i]
+		ops += len(ev.Blocks) + len(ev.BlockHashes)
+		if err := s.ix.Apply(ev); err != nil {
+			if results == nil {
+				results = make([]error, len(e.Events))
+			}
+			results[i] = err
+		}
+	}
+	s.applied = e.Index
+	for _, p := range e.Positions {
+		s.positions = mergePosition(s.positions, p)
+	}
+	return results, ops
+}
+
+func mergePosition(ps []wal.Position, p wal.Position) []wal.Position {
+	for i := range ps {
+		if ps[i].Source == p.Source {
+			ps[i].Seq = p.Seq
+			return ps
+		}
+	}
+	return append(ps, p)
+}
+
+// Append writes one batch (events and the source positions it reaches) to
+// the WAL and applies it to the index before returning: durable under the
+// sync policy, in commit order. results holds one entry per event, the
+// error the index rejected it with (nil when none was rejected). The caller
+// must not modify events until Append returns.
+func (s *Store) Append(ctx context.Context, events []engine.Event, positions []wal.Position) (index uint64, results []error, err error) {
+	if s.closed.Load() {
+		return 0, nil, fmt.Errorf("data dir %s: %w", s.dir, wal.ErrClosed)
+	}
+	return s.log.AppendResults(ctx, events, positions)
+}
+
+// Snapshot writes the index as of the last applied entry to a new snapshot
+// and returns its path and WAL index, then keeps the newest K snapshots and
+// truncates the WAL front up to the oldest one kept (once K exist). If
+// nothing was applied since the last snapshot this Store wrote or loaded
+// (and its file is still there), it returns that one without writing.
+// Calls are serialised; appends pause only while the state is copied.
+func (s *Store) Snapshot(ctx context.Context) (path string, index uint64, err error) {
+	s.snapMu.Lock()
+	defer s.snapMu.Unlock()
+	if s.closed.Load() {
+		return "", 0, fmt.Errorf("data dir %s: snapshot: %w", s.dir, wal.ErrClosed)
+	}
+	s.mu.Lock()
+	index = s.applied
+	if s.haveSnap && s.lastSnap.Index == index {
+		if _, err := os.Stat(s.lastSnap.Path); err == nil {
+			s.mu.Unlock()
+			return s.lastSnap.Path, index, nil
+		}
+	}
+	f := s.ix.Freeze()
+	sources := make([]snapshot.Source, len(s.positions))
+	for i, p := range s.positions {
+		sources[i] = snapshot.Source{Name: p.Source, Seq: p.Seq}
+	}
+	s.mu.Unlock()
+
+	s.phase("write", index)
+	start := time.Now()
+	path, err = snapshot.Write(ctx, s.snapDir, f, snapshot.Meta{Index: index, Sources: sources})
+	f.Release(s.ix)
+	if err != nil {
+		return "", 0, fmt.Errorf("data dir %s: %w", s.dir, err)
+	}
+	s.lastSnap, s.haveSnap = SnapshotRef{Path: path, Index: index}, true
+	s.phase("published", index)
+	s.logger.Info("snapshot written", "path", path, "index", index, "duration", time.Since(start))
+	removed, err := snapshot.Prune(s.snapDir, s.opts.KeepSnapshots)
+	for _, p := range removed {
+		s.logger.Info("snapshot pruned", "path", p)
+	}
+	if err != nil {
+		return path, index, fmt.Errorf("data dir %s: %w", s.dir, err)
+	}
+	s.phase("pruned", index)
+	if err := s.truncateWAL(); err != nil {
+		return path, index, err
+	}
+	s.phase("truncated", index)
+	return path, index, nil
+}
+
+func (s *Store) phase(p string, index uint64) {
+	if s.hook != nil {
+		s.hook(p, index)
+	}
+}
+
+// truncateWAL removes the WAL entries at or before the oldest of the K
+// newest snapshots, once K exist: every entry after it stays, so any kept
+// snapshot can be recovered from.
+func (s *Store) truncateWAL() error {
+	snaps, err := snapshot.List(s.snapDir)
+	if err != nil {
+		return fmt.Errorf("data dir %s: %w", s.dir, err)
+	}
+	k := s.opts.KeepSnapshots
+	if len(snaps) < k {
+		return nil
+	}
+	oldest := snaps[k-1].Index
+	first, err := s.log.FirstIndex()
+	if err != nil {
+		return err
+	}
+	if oldest+1 <= first {
+		return nil
+	}
+	if err := s.log.TruncateFront(oldest + 1); err != nil {
+		return fmt.Errorf("data dir %s: %w", s.dir, err)
+	}
+	s.logger.Debug("wal truncated", "first_index", oldest+1, "oldest_snapshot", snaps[k-1].Path)
+	return nil
+}
+
+// Index returns the index. Queries may run on it at any time; events must
+// go through [Store.Append].
+func (s *Store) Index() *engine.Index { return s.ix }
+
+// Applied returns the index of the last applied WAL entry and the source
+// positions it reaches (merged, last value per source).
+func (s *Store) Applied() (uint64, []wal.Position) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.applied, slices.Clone(s.positions)
+}
+
+// Report returns what Open found and did.
+func (s *Store) Report() Report {
+	r := s.report
+	r.TempFilesRemoved = slices.Clone(r.TempFilesRemoved)
+	r.SnapshotsSkipped = slices.Clone(r.SnapshotsSkipped)
+	return r
+}
+
+// WALStats returns the WAL's counters.
+func (s *Store) WALStats() wal.Stats { return s.log.Stats() }
+
+// WALRange returns the WAL's first and last index (first > last when it
+// holds no entry).
+func (s *Store) WALRange() (first, last uint64, err error) {
+	if first, err = s.log.FirstIndex(); err != nil {
+		return 0, 0, err
+	}
+	if last, err = s.log.LastIndex(); err != nil {
+		return 0, 0, err
+	}
+	return first, last, nil
+}
+
+// Dir returns the data directory.
+func (s *Store) Dir() string { return s.dir }
+
+// Close waits for a running Snapshot, closes the WAL (committing what is
+// pending) and releases the directory lock. It is idempotent.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		s.snapMu.Lock()
+		defer s.snapMu.Unlock()
+		s.closeErr = errors.Join(s.log.Close(), s.lock.Unlock())
+	})
+	return s.closeErr
+}
