@@ -1,0 +1,206 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// servingAddr matches the log line that tells where the server listens.
+var servingAddr = regexp.MustCompile(`msg=serving addr=(\S+)`)
+
+// storeChain is NDJSON for one Stored event of worker w: blocks with local
+// hashes ths, named by their position in the chain.
+func storeChain(w int, id int, ths ...int) string {
+	var blocks []string
+	for i, th := range ths {
+		blocks = append(blocks, fmt.Sprintf(`{"block_hash":%d,"tokens_hash":%d}`, id*1000+i+1, th))
+	}
+	return fmt.Sprintf(`{"worker_id":%d,"event":{"event_id":%d,"data":{"stored":{"blocks":[%s]}}}}`+"\n", w, id, strings.Join(blocks, ","))
+}
+
+func post(t *testing.T, url, body string) (int, string) {
+	t.Helper()
+	resp, err := http.Post(url, "application/x-ndjson", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// serveInProcess runs `kvidx serve` on a free loopback port until ctx ends
+// and returns its base URL and a channel with its result.
+func serveInProcess(t *testing.T, ctx context.Context, args ...string) (string, <-chan error) {
+	t.Helper()
+	pr, pw := io.Pipe()
+	cmd := newRootCmd()
+	cmd.SetArgs(append([]string{"serve", "--listen", "127.0.0.1:0"}, args...))
+	cmd.SetErr(pw)
+	cmd.SetOut(io.Discard)
+	done := make(chan error, 1)
+	go func() {
+		err := cmd.ExecuteContext(ctx)
+		pw.Close()
+		done <- err
+	}()
+	sc := bufio.NewScanner(pr)
+	for sc.Scan() {
+		if m := servingAddr.FindStringSubmatch(sc.Text()); m != nil {
+			go io.Copy(io.Discard, pr)
+			base := "http://" + m[1]
+			waitReady(t, base)
+			return base, done
+		}
+	}
+	t.Fatalf("serve stopped before listening: %v", <-done)
+	return "", nil
+}
+
+func waitReady(t *testing.T, base string) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if resp, err := http.Get(base + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+	}
+	t.Fatal("server not ready after 20s")
+}
+
+// Events in, matches out, stop, start again on the same data directory:
+// the same answers.
+func TestServeRestart(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	base, done := serveInProcess(t, ctx, "--data-dir", dir)
+	if code, body := post(t, base+"/v1/events", storeChain(0, 1, 1, 2, 3)+storeChain(1, 2, 1, 2)); code != 200 {
+		t.Fatalf("events: %d %s", code, body)
+	}
+	_, before := post(t, base+"/v1/match", `{"local_hashes":[1,2,3]}`)
+	want := `{"scores":[{"worker_id":0,"dp_rank":0,"matched_blocks":3},{"worker_id":1,"dp_rank":0,"matched_blocks":2}],"query_blocks":3}`
+	if strings.TrimSpace(before) != want {
+		t.Fatalf("match: %s", before)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	base, done = serveInProcess(t, ctx2, "--data-dir", dir)
+	if _, after := post(t, base+"/v1/match", `{"local_hashes":[1,2,3]}`); after != before {
+		t.Fatalf("after restart: %s, before: %s", after, before)
+	}
+	cancel2()
+	if err := <-done; err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+}
+
+// A child serve process is killed with SIGKILL while clients post; every
+// acknowledged event is there after a restart.
+func TestServeKill9(t *testing.T) {
+	if os.Getenv("KVIDX_SERVE_CHILD") != "" {
+		t.Skip("running as the child")
+	}
+	dir := t.TempDir()
+	start := func() (*exec.Cmd, string) {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestServeChild$")
+		cmd.Env = append(os.Environ(), "KVIDX_SERVE_CHILD="+dir)
+		stderr, err := cmd.StderrPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if m := servingAddr.FindStringSubmatch(sc.Text()); m != nil {
+				go io.Copy(io.Discard, stderr)
+				base := "http://" + m[1]
+				waitReady(t, base)
+				return cmd, base
+			}
+		}
+		cmd.Wait()
+		t.Fatal("child stopped before listening")
+		return nil, ""
+	}
+	child, base := start()
+	// Post chains from 4 clients until the kill; remember what was acknowledged.
+	acked := make(chan int, 10000)
+	stop := make(chan struct{})
+	for c := range 4 {
+		go func() {
+			for id := c + 1; ; id += 4 {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				resp, err := http.Post(base+"/v1/events", "application/x-ndjson", strings.NewReader(storeChain(id, id, id, id+1, id+2)))
+				if err != nil {
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode == 200 {
+					acked <- id
+				}
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	child.Wait()
+	close(stop)
+	time.Sleep(50 * time.Millisecond)
+	close(acked)
+	var ids []int
+	for id := range acked {
+		ids = append(ids, id)
+	}
+	if len(ids) == 0 {
+		t.Fatal("nothing was acknowledged before the kill")
+	}
+	child, base = start()
+	defer func() { child.Process.Signal(syscall.SIGTERM); child.Wait() }()
+	for _, id := range ids {
+		q := fmt.Sprintf(`{"local_hashes":[%d,%d,%d],"candidates":[{"worker_id":%d}]}`, id, id+1, id+2, id)
+		_, body := post(t, base+"/v1/match", q)
+		if !bytes.Contains([]byte(body), []byte(`"matched_blocks":3`)) {
+			t.Fatalf("acknowledged chain %d missing after kill -9 and restart: %s", id, body)
+		}
+	}
+	t.Logf("%d acknowledged requests survived kill -9", len(ids))
+}
+
+// TestServeChild is the child of TestServeKill9: a serve process.
+func TestServeChild(t *testing.T) {
+	dir := os.Getenv("KVIDX_SERVE_CHILD")
+	if dir == "" {
+		t.Skip("only runs as TestServeKill9's child")
+	}
+	cmd := newRootCmd()
+	cmd.SetArgs([]string{"serve", "--data-dir", dir, "--listen", "127.0.0.1:0", "--snapshot-every-events", "50"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+}
