@@ -1,6 +1,11 @@
 package engine
 
-import "fmt"
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+)
 
 // Loader rebuilds an index from the place records of a frozen index (a
 // snapshot), in the order [Frozen.Places] yields them. It recomputes what
@@ -12,13 +17,26 @@ import "fmt"
 // they come, and the hash tables (each shard's, each worker's reverse map)
 // are built in Finish one at a time, sized once, while each fits in cache.
 type Loader struct {
-	ix      *Index
-	refs    []uint32 // by record ID: ref in the new index
-	lastPos uint32
-	pending [][]pendingBlock // by dense worker id: reverse-map pairs to insert
-	lastKey WorkerKey
-	lastID  uint32
-	haveKey bool
+	ix        *Index
+	refs      []uint32 // by record ID: ref in the new index
+	lastPos   uint32
+	pending   [][]pendingBlock // by dense worker id: reverse-map pairs to insert
+	perWorker int              // expected blocks a worker: the first capacity of its pending list
+	// recent caches worker lookups: holders of nearby places are mostly
+	// the same few worker keys, and a map lookup per holder shows.
+	recent [256]recentWorker
+}
+
+type recentWorker struct {
+	key WorkerKey
+	id  uint32
+	ok  bool
+}
+
+// LoaderHint sizes a loader's memory up front (all fields optional): the
+// counts a snapshot's meta holds.
+type LoaderHint struct {
+	Places, HolderBlocks, WorkerKeys int
 }
 
 type pendingBlock struct {
@@ -26,9 +44,19 @@ type pendingBlock struct {
 	ref uint32
 }
 
-// NewLoader returns a loader of an empty index.
-func NewLoader() *Loader {
-	return &Loader{ix: New(), refs: []uint32{0}}
+// NewLoader returns a loader of an empty index. A hint, when given, saves
+// the copying of growing buffers.
+func NewLoader(hint ...LoaderHint) *Loader {
+	l := &Loader{ix: New(), refs: []uint32{0}}
+	if len(hint) > 0 {
+		h := hint[0]
+		l.refs = make([]uint32, 1, h.Places+1)
+		if h.WorkerKeys > 0 {
+			// A little over the mean: most workers fill their lists once.
+			l.perWorker = h.HolderBlocks/h.WorkerKeys + h.HolderBlocks/h.WorkerKeys/4 + 16
+		}
+	}
+	return l
 }
 
 // Add adds one place record. Records must come in position order with IDs
@@ -76,6 +104,9 @@ func (l *Loader) Add(rec *PlaceRecord) error {
 		if !s.pushHolder(p, id) {
 			return fmt.Errorf("place %d: worker %v listed twice", rec.ID, hr.Worker)
 		}
+		if l.pending[id] == nil && l.perWorker > 0 {
+			l.pending[id] = make([]pendingBlock, 0, l.perWorker)
+		}
 		for i, bh := range hr.BlockHashes {
 			l.pending[id] = append(l.pending[id], pendingBlock{bh: bh, ref: ref})
 			if i > 0 {
@@ -105,12 +136,36 @@ func (l *Loader) Add(rec *PlaceRecord) error {
 	return nil
 }
 
-// worker returns the dense id of key, registering it when new. Holders come
-// sorted by key in every record, so the last key is the likeliest.
+// AddBatch adds records as Add does, one after another, first loading the
+// parents they link to: at millions of places those loads miss the cache,
+// and issued together their misses overlap. It returns the first error.
+func (l *Loader) AddBatch(recs []PlaceRecord) error {
+	ix, sink := l.ix, l.ix.sink
+	for i := range recs {
+		if p := recs[i].Parent; p != 0 && int(p) < len(l.refs) {
+			sink += uint64(l.refs[p])
+		}
+	}
+	for i := range recs {
+		if p := recs[i].Parent; p != 0 && int(p) < len(l.refs) {
+			sink += ix.placeOf(l.refs[p]).seq
+		}
+	}
+	ix.sink = sink
+	for i := range recs {
+		if err := l.Add(&recs[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// worker returns the dense id of key, registering it when new.
 func (l *Loader) worker(key WorkerKey) (uint32, *worker, error) {
 	ix := l.ix
-	if l.haveKey && key == l.lastKey {
-		return l.lastID, ix.workers[l.lastID], nil
+	c := &l.recent[uint8(key.WorkerID*0x9e3779b97f4a7c15>>56)^uint8(key.DPRank)]
+	if c.ok && c.key == key {
+		return c.id, ix.workers[c.id], nil
 	}
 	id, w := ix.worker(key)
 	if w == nil {
@@ -122,7 +177,7 @@ func (l *Loader) worker(key WorkerKey) (uint32, *worker, error) {
 			l.pending = append(l.pending, nil)
 		}
 	}
-	l.lastKey, l.lastID, l.haveKey = key, id, true
+	*c = recentWorker{key: key, id: id, ok: true}
 	return id, w, nil
 }
 
@@ -139,44 +194,77 @@ func (ix *Index) holds(ref, id uint32) bool {
 
 // Finish builds the hash tables, sets the counters (part of the state a
 // snapshot keeps) and returns the index. It fails when two records name the
-// same place or a worker holds one block hash twice. The loader must not be
-// used afterwards.
+// same place or a worker holds one block hash twice. The tables are
+// independent of each other, so they are built on every processor. The
+// loader must not be used afterwards.
 func (l *Loader) Finish(c Counters) (*Index, error) {
 	ix := l.ix
 	l.ix = nil
-	for si := range ix.shards {
-		s := &ix.shards[si]
-		if s.places == 0 {
-			continue
-		}
-		s.table = make([]uint64, grownCap(s.places))
-		for local := uint32(1); local < s.nextNew; local++ {
-			p := s.place(local)
-			fp := fingerprint(keyHash(p.pos, p.th))
-			at, sibling, stop := s.find(p.pos, p.th, p.seq, fp)
-			if at >= 0 {
-				return nil, fmt.Errorf("place (position %d, local hash %d, seq %d) appears twice", p.pos, p.th, p.seq)
+	tasks := shardCount + len(l.pending)
+	var (
+		next atomic.Int64
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for range min(runtime.GOMAXPROCS(0), tasks) {
+		wg.Go(func() {
+			for t := int(next.Add(1) - 1); t < tasks; t = int(next.Add(1) - 1) {
+				var err error
+				if t < shardCount {
+					err = ix.shards[t].buildTable()
+				} else {
+					err = ix.workers[t-shardCount].buildRev(l.pending[t-shardCount])
+					l.pending[t-shardCount] = nil
+				}
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
 			}
-			s.insertAt(stop, uint64(fp)<<32|uint64(local))
-			if !sibling {
-				s.entries++
-			}
-		}
+		})
 	}
-	for id, blocks := range l.pending {
-		w := ix.workers[id]
-		w.rev.slots = make([]revSlot, grownCap(len(blocks)))
-		for _, b := range blocks {
-			at, stop := w.rev.find(b.bh)
-			if at >= 0 {
-				return nil, fmt.Errorf("worker %v holds block %d twice", w.key, b.bh)
-			}
-			mk := mix64(b.bh)
-			w.rev.insertAt(stop, revSlot{lo: uint32(mk), hi: uint32(mk >> 32), ref: b.ref})
-			w.rev.n++
-		}
-		l.pending[id] = nil
+	wg.Wait()
+	if len(errs) > 0 {
+		return nil, errs[0]
 	}
 	ix.counters = c
 	return ix, nil
+}
+
+// buildTable builds the shard's table from its slab of places.
+func (s *shard) buildTable() error {
+	if s.places == 0 {
+		return nil
+	}
+	s.table = make([]uint64, grownCap(s.places))
+	for local := uint32(1); local < s.nextNew; local++ {
+		p := s.place(local)
+		fp := fingerprint(keyHash(p.pos, p.th))
+		at, sibling, stop := s.find(p.pos, p.th, p.seq, fp)
+		if at >= 0 {
+			return fmt.Errorf("place (position %d, local hash %d, seq %d) appears twice", p.pos, p.th, p.seq)
+		}
+		s.insertAt(stop, uint64(fp)<<32|uint64(local))
+		if !sibling {
+			s.entries++
+		}
+	}
+	return nil
+}
+
+// buildRev builds the worker's reverse map from its blocks.
+func (w *worker) buildRev(blocks []pendingBlock) error {
+	w.rev.slots = make([]revSlot, grownCap(len(blocks)))
+	for _, b := range blocks {
+		at, stop := w.rev.find(b.bh)
+		if at >= 0 {
+			return fmt.Errorf("worker %v holds block %d twice", w.key, b.bh)
+		}
+		mk := mix64(b.bh)
+		w.rev.insertAt(stop, revSlot{lo: uint32(mk), hi: uint32(mk >> 32), ref: b.ref})
+		w.rev.n++
+	}
+	return nil
 }

@@ -212,6 +212,9 @@ func (e *encoder) value() []byte {
 type decoder struct {
 	workers []engine.WorkerKey
 	sel     []bool // selected worker indices; nil: all
+	// countEntries counts distinct (position, tokens hash) pairs, for checks
+	// without an engine (Load leaves it to the engine, which counts anyway).
+	countEntries bool
 
 	raw     []byte
 	rec     engine.PlaceRecord
@@ -360,7 +363,9 @@ func (d *decoder) chunk(k, v []byte, from, to uint32, fn func(*engine.PlaceRecor
 			return fmt.Errorf("place %d out of position order", ord)
 		}
 		d.hasPrev, d.prevPos = true, pos
-		d.entries.add(pos, th)
+		if d.countEntries {
+			d.entries.add(pos, th)
+		}
 		var nh uint64
 		if nh, body, err = uvarint(body); err != nil {
 			return err

@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -303,8 +304,8 @@ func (r *Reader) view(fn func(*bolt.Tx) error) (err error) {
 
 // each decodes every chunk in order, checking the whole file: chunk order
 // and sequence, the data checksum and the meta's counts. fn sees every place.
-func (r *Reader) each(ctx context.Context, fn func(*engine.PlaceRecord) error) error {
-	d := &decoder{workers: r.workers, nextOrd: 1}
+func (r *Reader) each(ctx context.Context, countEntries bool, fn func(*engine.PlaceRecord) error) error {
+	d := &decoder{workers: r.workers, nextOrd: 1, countEntries: countEntries}
 	var fnErr error
 	err := r.view(func(tx *bolt.Tx) error {
 		crc := checksumUpdate(0, tx.Bucket(bucketWorkers).Get(workersKey))
@@ -350,7 +351,7 @@ func (r *Reader) each(ctx context.Context, fn func(*engine.PlaceRecord) error) e
 			return corrupt(r.path, "%d chunks, meta says %d", seq, m.Chunks)
 		case d.places != m.Places:
 			return corrupt(r.path, "%d places, meta says %d", d.places, m.Places)
-		case d.entries.total() != m.Stats.Entries:
+		case countEntries && d.entries.total() != m.Stats.Entries:
 			return corrupt(r.path, "%d entries, meta says %d", d.entries.total(), m.Stats.Entries)
 		case d.hbs != m.Stats.HolderBlocks:
 			return corrupt(r.path, "%d holder-blocks, meta says %d", d.hbs, m.Stats.HolderBlocks)
@@ -363,7 +364,41 @@ func (r *Reader) each(ctx context.Context, fn func(*engine.PlaceRecord) error) e
 // Verify reads the whole file and checks it as Load does, without building
 // an index (worker keys holding no block are caught by Load only).
 func (r *Reader) Verify(ctx context.Context) error {
-	return r.each(ctx, func(*engine.PlaceRecord) error { return nil })
+	return r.each(ctx, true, func(*engine.PlaceRecord) error { return nil })
+}
+
+// errLoadFailed stops decoding once the loader has failed (its error is
+// the one reported).
+var errLoadFailed = errors.New("load failed")
+
+// loadBatchSize is how many places Load hands the engine's loader at once.
+const loadBatchSize = 512
+
+// loadBatch holds copies of decoded places (the decoder reuses its record).
+type loadBatch struct {
+	recs    []engine.PlaceRecord
+	holders []engine.HolderRecord
+	hashes  []uint64
+}
+
+// add copies rec into the batch and returns the batch's length.
+func (b *loadBatch) add(rec *engine.PlaceRecord) int {
+	h0 := len(b.holders)
+	for _, h := range rec.Holders {
+		x0 := len(b.hashes)
+		b.hashes = append(b.hashes, h.BlockHashes...)
+		b.holders = append(b.holders, engine.HolderRecord{Worker: h.Worker, BlockHashes: b.hashes[x0:len(b.hashes):len(b.hashes)]})
+	}
+	c := *rec
+	c.Holders = b.holders[h0:len(b.holders):len(b.holders)]
+	b.recs = append(b.recs, c)
+	return len(b.recs)
+}
+
+// reset empties the batch, keeping its memory. The slices of the records
+// added so far must no longer be used.
+func (b *loadBatch) reset() {
+	b.recs, b.holders, b.hashes = b.recs[:0], b.holders[:0], b.hashes[:0]
 }
 
 // Load reads the snapshot at path into a new index and returns it with the
@@ -375,15 +410,71 @@ func Load(ctx context.Context, path string) (*engine.Index, Meta, error) {
 		return nil, Meta{}, err
 	}
 	defer r.Close()
-	l := engine.NewLoader()
-	var loadErr error
-	err = r.each(ctx, func(rec *engine.PlaceRecord) error {
-		if err := l.Add(rec); err != nil {
-			loadErr = corrupt(path, "%v", err)
-			return loadErr
+	// The meta's counts size the loader; a file cannot hold more places or
+	// block hashes than it has bytes, whatever a damaged meta says.
+	var size int
+	if fi, err := os.Stat(path); err == nil {
+		size = int(fi.Size())
+	}
+	l := engine.NewLoader(engine.LoaderHint{
+		Places:       min(r.meta.Places, size),
+		HolderBlocks: min(r.meta.Stats.HolderBlocks, size),
+		WorkerKeys:   min(r.meta.Stats.WorkerKeys, size),
+	})
+	// Decoding and loading overlap: this goroutine decodes places into
+	// batches (copies: the decoder reuses its record) and another hands them
+	// to the engine's loader, which fetches each batch's parents together.
+	batches, free := make(chan *loadBatch, 2), make(chan *loadBatch, 3)
+	for range cap(free) {
+		free <- &loadBatch{}
+	}
+	var failed atomic.Bool
+	loaded := make(chan error, 1)
+	go func() {
+		var lerr error
+		defer func() {
+			if p := recover(); p != nil {
+				lerr = corrupt(path, "loading: %v", p)
+				failed.Store(true)
+				for b := range batches {
+					b.reset()
+					free <- b
+				}
+			}
+			loaded <- lerr
+		}()
+		for b := range batches {
+			if lerr == nil {
+				if err := l.AddBatch(b.recs); err != nil {
+					lerr = corrupt(path, "%v", err)
+					failed.Store(true)
+				}
+			}
+			b.reset()
+			free <- b
 		}
+	}()
+	b := <-free
+	// The loaded index counts entries itself; they are compared with the
+	// meta below.
+	err = r.each(ctx, false, func(rec *engine.PlaceRecord) error {
+		if b.add(rec) < loadBatchSize {
+			return nil
+		}
+		if failed.Load() {
+			return errLoadFailed
+		}
+		batches <- b
+		b = <-free
 		return nil
 	})
+	if err == nil && len(b.recs) > 0 {
+		batches <- b
+	}
+	close(batches)
+	if lerr := <-loaded; lerr != nil {
+		return nil, Meta{}, lerr
+	}
 	if err != nil {
 		return nil, Meta{}, err
 	}
