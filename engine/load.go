@@ -24,7 +24,7 @@ type Loader struct {
 	perWorker int              // expected blocks a worker: the first capacity of its pending list
 	// recent caches worker lookups: holders of nearby places are mostly
 	// the same few worker keys, and a map lookup per holder shows.
-	recent [256]recentWorker
+	recent [4096]recentWorker
 }
 
 type recentWorker struct {
@@ -163,7 +163,7 @@ func (l *Loader) AddBatch(recs []PlaceRecord) error {
 // worker returns the dense id of key, registering it when new.
 func (l *Loader) worker(key WorkerKey) (uint32, *worker, error) {
 	ix := l.ix
-	c := &l.recent[uint8(key.WorkerID*0x9e3779b97f4a7c15>>56)^uint8(key.DPRank)]
+	c := &l.recent[(key.WorkerID^uint64(key.DPRank)<<32)*0x9e3779b97f4a7c15>>52]
 	if c.ok && c.key == key {
 		return c.id, ix.workers[c.id], nil
 	}
