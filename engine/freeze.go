@@ -1,7 +1,5 @@
 package engine
 
-import "slices"
-
 // Frozen is an immutable copy of an index's state between two events: what a
 // snapshot writes. [Index.Freeze] takes it under the writer lock with a few
 // slice copies, so event application pauses only for that; queries never
@@ -15,6 +13,44 @@ type Frozen struct {
 	nextNew  [shardCount]uint32 // slots from here on were never used
 	places   int
 	counters Counters
+	scratch  placesScratch // reused by every Places call on this copy
+}
+
+// placesScratch is Places' working memory, kept with the copy (and with it
+// across Freeze and Release) so that periodic snapshots do not fault in
+// fresh memory each time.
+type placesScratch struct {
+	live             []span
+	liveD, perPos    []int32
+	ord, start, fill []int32
+	spans            []span
+	holds            []hold
+	bhs              []uint64
+	holders          []HolderRecord
+}
+
+type span struct {
+	pos     uint32
+	parent  int32 // dense number of the parent slot, or -1
+	th, seq uint64
+}
+
+type hold struct {
+	w  uint32
+	bh uint64
+}
+
+// resized returns buf with length n, reusing its memory when it suffices;
+// zero says whether the contents must be zeroed.
+func resized[T any](buf []T, n int, zero bool) []T {
+	if cap(buf) < n {
+		return make([]T, n)
+	}
+	buf = buf[:n]
+	if zero {
+		clear(buf)
+	}
+	return buf
 }
 
 // PlaceRecord is one place of a frozen index: a (position, local hash,
@@ -41,6 +77,9 @@ type PlaceRecord struct {
 type HolderRecord struct {
 	Worker      WorkerKey
 	BlockHashes []uint64
+	// WorkerIndex is Worker's index in [Frozen.Workers], set by
+	// [Frozen.Places] (so a writer needs no map); the Loader ignores it.
+	WorkerIndex uint32
 }
 
 // Freeze returns a consistent copy of the index as of the last applied event.
@@ -120,26 +159,21 @@ func (f *Frozen) place(ref uint32) *place {
 // Places calls yield for every place, in position order (places of one
 // position in no particular order), until yield returns false. The record
 // and its slices are reused between calls: copy what must outlive one.
+// Calls on one Frozen must not overlap (they share working memory).
 //
 // Random memory access is what costs here: the place slabs are read in order
 // once, places are counting-sorted by position, and the reverse maps' pairs
 // are scattered straight into output order, so the output pass reads
 // everything in sequence.
 func (f *Frozen) Places(yield func(*PlaceRecord) bool) {
+	sc := &f.scratch
 	// Number every place slot densely: shard by shard, place by place.
 	var base [shardCount + 1]int
 	for si := range f.pages {
 		base[si+1] = base[si] + len(f.pages[si])*pageSize
 	}
 	dense := func(ref uint32) int { return base[refShard(ref)] + int(refLocal(ref)) }
-	type span struct {
-		pos     uint32
-		parent  int32 // dense number of the parent slot, or -1
-		th, seq uint64
-	}
-	live := make([]span, 0, f.places)
-	liveD := make([]int32, 0, f.places)
-	var perPos []int32 // places per position, then first output slot per position
+	live, liveD, perPos := sc.live[:0], sc.liveD[:0], sc.perPos[:0]
 	for si := range f.pages {
 		for pi, pg := range f.pages[si] {
 			for li := range pg {
@@ -161,25 +195,27 @@ func (f *Frozen) Places(yield func(*PlaceRecord) bool) {
 			}
 		}
 	}
+	sc.live, sc.liveD, sc.perPos = live, liveD, perPos
 	next := int32(0)
 	for pos, n := range perPos {
 		perPos[pos] = next
 		next += n
 	}
 	// ord[d] is the output ordinal of dense slot d, plus 1 (0: not live).
-	ord := make([]int32, base[shardCount])
-	spans := make([]span, len(live))
+	ord := resized(sc.ord, base[shardCount], true)
+	spans := resized(sc.spans, len(live), false)
+	sc.ord, sc.spans = ord, spans
 	for i, s := range live {
 		o := perPos[s.pos]
 		perPos[s.pos]++
 		spans[o] = s
 		ord[liveD[i]] = o + 1
 	}
-	live, liveD = nil, nil
 	// Counting sort of the reverse maps' (worker, block hash) pairs into
 	// output order: workers are visited in key order, so each place's
 	// holders come sorted.
-	start := make([]int32, len(spans)+1)
+	start := resized(sc.start, len(spans)+1, true)
+	sc.start = start
 	for _, slots := range f.revs {
 		for _, s := range slots {
 			if s.ref != 0 {
@@ -190,12 +226,9 @@ func (f *Frozen) Places(yield func(*PlaceRecord) bool) {
 	for o := 1; o < len(start); o++ {
 		start[o] += start[o-1]
 	}
-	type hold struct {
-		w  uint32
-		bh uint64
-	}
-	holds := make([]hold, start[len(start)-1])
-	fill := slices.Clone(start)
+	holds := resized(sc.holds, int(start[len(start)-1]), false)
+	fill := append(sc.fill[:0], start...)
+	sc.holds, sc.fill = holds, fill
 	for w, slots := range f.revs {
 		for _, s := range slots {
 			if s.ref != 0 {
@@ -206,7 +239,9 @@ func (f *Frozen) Places(yield func(*PlaceRecord) bool) {
 		}
 	}
 	var rec PlaceRecord
-	var bhs []uint64
+	rec.Holders = sc.holders[:0]
+	bhs := sc.bhs[:0]
+	defer func() { sc.holders, sc.bhs = rec.Holders[:0], bhs[:0] }()
 	for o, s := range spans {
 		hs := holds[start[o]:start[o+1]]
 		rec = PlaceRecord{ID: uint32(o + 1), Position: s.pos, TokensHash: s.th, Seq: s.seq, Holders: rec.Holders[:0]}
@@ -226,7 +261,7 @@ func (f *Frozen) Places(yield func(*PlaceRecord) bool) {
 			for k < len(hs) && hs[k].w == w {
 				k++
 			}
-			rec.Holders = append(rec.Holders, HolderRecord{Worker: f.keys[w], BlockHashes: bhs[from:k:k]})
+			rec.Holders = append(rec.Holders, HolderRecord{Worker: f.keys[w], BlockHashes: bhs[from:k:k], WorkerIndex: w})
 		}
 		if !yield(&rec) {
 			return

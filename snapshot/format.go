@@ -148,7 +148,7 @@ func (e *encoder) reset(ord uint64) {
 
 // add encodes one place. ord is its ordinal, parentOrd its parent's (0: none);
 // widx maps each holder to its worker index.
-func (e *encoder) add(rec *engine.PlaceRecord, ord, parentOrd uint64, widx func(engine.WorkerKey) (uint32, bool)) error {
+func (e *encoder) add(rec *engine.PlaceRecord, ord, parentOrd uint64, widx func(*engine.HolderRecord) (uint32, bool)) error {
 	prev := e.lastPos
 	if e.places == 0 {
 		e.firstPos, prev = rec.Position, rec.Position
@@ -166,7 +166,7 @@ func (e *encoder) add(rec *engine.PlaceRecord, ord, parentOrd uint64, widx func(
 	prevW := int64(-1)
 	for i := range rec.Holders {
 		h := &rec.Holders[i]
-		w, ok := widx(h.Worker)
+		w, ok := widx(h)
 		if !ok {
 			return fmt.Errorf("place at position %d: holder %v not in the worker table", rec.Position, h.Worker)
 		}

@@ -198,7 +198,15 @@ func writeFile(ctx context.Context, path string, f *engine.Frozen, meta Meta, o 
 		prevPos uint32
 		failed  error
 	)
-	widx := func(k engine.WorkerKey) (uint32, bool) { i, ok := index[k]; return i, ok }
+	// Places names each holder's index in the frozen worker table, which is
+	// the file's; the map is the fallback for records made otherwise.
+	widx := func(h *engine.HolderRecord) (uint32, bool) {
+		if int(h.WorkerIndex) < len(ws) && ws[h.WorkerIndex].Worker == h.Worker {
+			return h.WorkerIndex, true
+		}
+		i, ok := index[h.Worker]
+		return i, ok
+	}
 	flush := func() {
 		enc.seq = seqNo
 		chunks <- enc

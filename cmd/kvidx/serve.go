@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -31,6 +32,7 @@ type serveFlags struct {
 	logFormat      string
 	maxBodyBytes   int64
 	finalSnapshot  bool
+	cpuProfile     string
 }
 
 func newServeCmd() *cobra.Command {
@@ -81,6 +83,8 @@ name in upper case with _ for -, e.g. KVIDX_DATA_DIR=/var/lib/kvidx.`,
 	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fl.Int64Var(&f.maxBodyBytes, "max-body-bytes", 16<<20, "largest request body accepted")
 	fl.BoolVar(&f.finalSnapshot, "final-snapshot", true, "take a snapshot at shutdown")
+	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (for performance work)")
+	_ = fl.MarkHidden("cpuprofile")
 	return cmd
 }
 
@@ -124,6 +128,16 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
 			log.Warn("the HTTP API has no authentication and listens beyond loopback", "listen", f.listen)
 		}
+	}
+	if f.cpuProfile != "" {
+		pf, err := os.Create(f.cpuProfile)
+		if err != nil {
+			return fmt.Errorf("serve: --cpuprofile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			return fmt.Errorf("serve: --cpuprofile: %w", err)
+		}
+		defer func() { pprof.StopCPUProfile(); pf.Close() }()
 	}
 	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {
