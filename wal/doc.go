@@ -56,6 +56,15 @@
 // same way ([ErrCorrupt]), never skipped. [RepairTruncateAfter] is the
 // operator's explicit cut; it keeps a copy of what it removes.
 //
+// # Read-only access
+//
+// [Inspect] and [Scan] read a log directory for inspection tools without
+// ever renaming, truncating, deleting or locking anything (safe on a
+// running server's directory): they see the segments as tidwall/wal would
+// after finishing an interrupted truncation, report a torn tail (what Open
+// would cut) instead of cutting it, and name the segment file and byte
+// offset of damage inside the log.
+//
 // Reads are serialised (tidwall/wal v1.2.1 can panic on concurrent reads of
 // non-tail segments).
 package wal

@@ -5,6 +5,8 @@ import (
 	"io"
 	"os"
 	"time"
+
+	"github.com/schollz/progressbar/v3"
 )
 
 // reporter writes replay's diagnostics to stderr and, when stderr is a
@@ -50,5 +52,51 @@ func (r *reporter) endProgress() {
 	if r.shown {
 		fmt.Fprint(r.w, "\r\x1b[K")
 		r.shown = false
+	}
+}
+
+// isTerminal reports whether w is a terminal (a character device).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// bar is a progress bar on the command's stderr, shown only when stderr is
+// a terminal; a nil *bar is a valid no-op.
+type bar struct{ pb *progressbar.ProgressBar }
+
+// newBar returns a progress bar of max steps (bytes when inBytes), or nil
+// when w is not a terminal.
+func newBar(w io.Writer, max int64, desc string, inBytes bool) *bar {
+	if !isTerminal(w) || max <= 0 {
+		return nil
+	}
+	return &bar{pb: progressbar.NewOptions64(max,
+		progressbar.OptionSetWriter(w),
+		progressbar.OptionSetDescription(desc),
+		progressbar.OptionShowBytes(inBytes),
+		progressbar.OptionShowCount(),
+		progressbar.OptionSetWidth(30),
+		progressbar.OptionThrottle(100*time.Millisecond),
+		progressbar.OptionClearOnFinish(),
+	)}
+}
+
+// add advances the bar by n.
+func (b *bar) add(n int64) {
+	if b != nil {
+		_ = b.pb.Add64(n)
+	}
+}
+
+// done finishes and clears the bar.
+func (b *bar) done() {
+	if b != nil {
+		_ = b.pb.Finish()
+		_ = b.pb.Clear()
 	}
 }

@@ -14,9 +14,12 @@ import (
 func newWALCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "wal",
-		Short: "Work with a data directory's write-ahead log offline",
+		Short: "Read, check and repair a data directory's write-ahead log",
+		Long: `The wal commands work on DATA_DIR/wal. dump and stat only read the segment
+files (no lock, no repair, no truncation): they are safe on the directory of a
+running server. repair changes the log and needs the server stopped.`,
 	}
-	cmd.AddCommand(newWALRepairCmd())
+	cmd.AddCommand(newWALDumpCmd(), newWALStatCmd(), newWALRepairCmd())
 	return cmd
 }
 

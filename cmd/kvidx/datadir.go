@@ -1,0 +1,267 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/kvidx/kvidx/engine"
+	"github.com/kvidx/kvidx/recovery"
+	"github.com/kvidx/kvidx/snapshot"
+	"github.com/kvidx/kvidx/wal"
+)
+
+// recoveryPlan is what a restart of a data directory would do, found
+// read-only: it mirrors recovery.Open's choices (see package recovery)
+// without taking the lock, cleaning temporary files or cutting the WAL.
+type recoveryPlan struct {
+	Format       int          `json:"format"`
+	WAL          walSummary   `json:"wal"`
+	SnapshotUsed *snapshotRef `json:"snapshot_used"`
+	Skipped      []skipped    `json:"snapshots_skipped"`
+	// ReplayFrom..ReplayTo are the WAL entries replayed after the snapshot
+	// (ReplayEntries 0: none).
+	ReplayFrom    uint64   `json:"replay_from"`
+	ReplayTo      uint64   `json:"replay_to"`
+	ReplayEntries uint64   `json:"replay_entries"`
+	TempFiles     []string `json:"temp_files_to_remove"`
+	// Refusal, when not empty, is why recovery.Open would refuse to start.
+	Refusal string `json:"refusal,omitempty"`
+
+	layout   wal.Layout
+	walDir   string
+	usedMeta snapshot.Meta
+}
+
+type walSummary struct {
+	FirstIndex  uint64   `json:"first_index"`
+	LastIndex   uint64   `json:"last_index"`
+	Segments    int      `json:"segments"`
+	Bytes       int64    `json:"bytes"`
+	TornBytes   int64    `json:"torn_bytes"`
+	TornSegment string   `json:"torn_segment,omitempty"`
+	TornOffset  int64    `json:"torn_offset,omitempty"`
+	Gaps        []string `json:"gaps,omitempty"`
+	Damage      []string `json:"damage,omitempty"`
+	Pending     string   `json:"pending_truncation,omitempty"`
+	OpenRefusal string   `json:"open_refusal,omitempty"`
+}
+
+type snapshotRef struct {
+	File  string `json:"file"`
+	Index uint64 `json:"wal_index"`
+	Bytes int64  `json:"bytes"`
+}
+
+type skipped struct {
+	File   string `json:"file"`
+	Index  uint64 `json:"wal_index"`
+	Reason string `json:"reason"`
+}
+
+// readFormatFile returns the version in DATA_DIR/FORMAT (0: no file).
+func readFormatFile(dir string) (int, error) {
+	path := filepath.Join(dir, recovery.FormatFileName)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 || f[0] != "kvidx-data" {
+		return 0, fmt.Errorf("%s: %q is not a kvidx data directory format line", path, strings.TrimSpace(string(b)))
+	}
+	v, err := strconv.Atoi(f[1])
+	if err != nil || v < 1 {
+		return 0, fmt.Errorf("%s: bad version %q", path, f[1])
+	}
+	if v > recovery.FormatVersion {
+		return v, fmt.Errorf("%s: format version %d is newer than this kvidx reads (%d)", path, v, recovery.FormatVersion)
+	}
+	return v, nil
+}
+
+// isDataDir reports whether path is a directory (a data directory, as
+// opposed to a snapshot file).
+func isDataDir(path string) (bool, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return false, err
+	}
+	return fi.IsDir(), nil
+}
+
+// sanitize replaces the data directory's path in a message by DATA_DIR,
+// so reports do not depend on where the directory is.
+func sanitize(msg, dir string) string {
+	if dir == "" {
+		return msg
+	}
+	msg = strings.ReplaceAll(msg, filepath.Clean(dir)+string(filepath.Separator), "DATA_DIR/")
+	return strings.ReplaceAll(msg, filepath.Clean(dir), "DATA_DIR")
+}
+
+// planRecovery finds, read-only, what recovery.Open would do with dir. With
+// load, the chosen snapshot is loaded (snapshot.Load, as a restart does) and
+// returned; otherwise candidates are checked with Reader.Verify only.
+func planRecovery(ctx context.Context, dir string, load bool) (*recoveryPlan, *engine.Index, error) {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("data dir %s: %w", dir, err)
+	}
+	if !fi.IsDir() {
+		return nil, nil, fmt.Errorf("data dir %s: not a directory", dir)
+	}
+	p := &recoveryPlan{walDir: filepath.Join(dir, recovery.WALDirName)}
+	if p.Format, err = readFormatFile(dir); err != nil {
+		return nil, nil, fmt.Errorf("data dir %s: %w", dir, err)
+	}
+	lay, lerr := wal.Inspect(p.walDir)
+	p.layout = lay
+	w := &p.WAL
+	w.FirstIndex, w.LastIndex = lay.FirstIndex, lay.LastIndex
+	w.Segments, w.Bytes = len(lay.Segments), lay.Bytes
+	w.TornBytes, w.TornSegment, w.TornOffset = lay.TornBytes, lay.TornSegment, lay.TornOffset
+	w.Pending = lay.Pending
+	for _, g := range lay.Gaps {
+		w.Gaps = append(w.Gaps, g.Desc)
+	}
+	for _, d := range lay.Damage {
+		w.Damage = append(w.Damage, d.String())
+	}
+	if lerr != nil {
+		if !errors.Is(lerr, wal.ErrCorrupt) {
+			return nil, nil, lerr
+		}
+		w.OpenRefusal = sanitize(lerr.Error(), dir)
+		p.Refusal = "the WAL cannot be opened: " + w.OpenRefusal
+		return p, nil, nil
+	}
+	snapDir := filepath.Join(dir, recovery.SnapshotDirName)
+	if ents, err := os.ReadDir(snapDir); err == nil {
+		for _, e := range ents {
+			if n := e.Name(); strings.HasPrefix(n, ".snapshot-") && strings.Contains(n, ".tmp-") && !e.IsDir() {
+				p.TempFiles = append(p.TempFiles, n)
+			}
+		}
+	}
+	snaps, err := snapshot.List(snapDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	first, last := lay.FirstIndex, lay.LastIndex
+	contig := first
+	for _, g := range lay.Gaps {
+		contig = max(contig, g.To+1)
+	}
+	if len(snaps) > 0 && snaps[0].Index > last {
+		p.Refusal = fmt.Sprintf("snapshot %s is at WAL index %d but the WAL ends at %d: acknowledged entries %d..%d are missing",
+			filepath.Base(snaps[0].Path), snaps[0].Index, last, last+1, snaps[0].Index)
+		return p, nil, nil
+	}
+	var ix *engine.Index
+	for _, f := range snaps {
+		name := filepath.Base(f.Path)
+		skip := func(reason string) {
+			p.Skipped = append(p.Skipped, skipped{File: name, Index: f.Index, Reason: sanitize(reason, dir)})
+		}
+		if f.Index+1 < contig {
+			reason := fmt.Sprintf("the WAL does not reach back to it: entries %d..%d are needed", f.Index+1, contig-1)
+			if first <= f.Index+1 {
+				var d []string
+				for _, g := range lay.Gaps {
+					if g.To > f.Index {
+						d = append(d, g.Desc)
+					}
+				}
+				reason = "the WAL entries after it are not whole: " + strings.Join(d, "; ")
+			}
+			skip(reason)
+			continue
+		}
+		var meta snapshot.Meta
+		if load {
+			lix, m, err := snapshot.Load(ctx, f.Path)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil, nil, ctx.Err()
+				}
+				skip(err.Error())
+				continue
+			}
+			ix, meta = lix, m
+		} else {
+			r, err := snapshot.Open(f.Path)
+			if err != nil {
+				skip(err.Error())
+				continue
+			}
+			err = r.Verify(ctx)
+			meta = r.Meta()
+			r.Close()
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil, nil, ctx.Err()
+				}
+				skip(err.Error())
+				continue
+			}
+		}
+		if meta.Index != f.Index {
+			ix = nil
+			skip(fmt.Sprintf("its meta says WAL index %d, its name %d", meta.Index, f.Index))
+			continue
+		}
+		p.SnapshotUsed = &snapshotRef{File: name, Index: f.Index, Bytes: f.Size}
+		p.usedMeta = meta
+		break
+	}
+	from := uint64(1)
+	if p.SnapshotUsed != nil {
+		from = p.SnapshotUsed.Index + 1
+	} else if contig > 1 {
+		p.Refusal = fmt.Sprintf("no usable snapshot, and the WAL does not begin at index 1 (entries 1..%d are gone)", contig-1)
+		if first == 1 {
+			p.Refusal = "no usable snapshot, and the WAL is not whole from index 1"
+		}
+		return p, nil, nil
+	}
+	if from <= last {
+		p.ReplayFrom, p.ReplayTo, p.ReplayEntries = from, last, last-from+1
+		for _, d := range lay.Damage {
+			if d.Index >= from && d.Index <= last {
+				p.Refusal = "replay would fail: " + d.String()
+				return p, nil, nil
+			}
+		}
+	}
+	if load && ix == nil {
+		ix = engine.New()
+	}
+	return p, ix, nil
+}
+
+// replayPlan applies the plan's WAL entries to ix, reading the WAL
+// read-only, and returns how many events it applied and rejected.
+func replayPlan(p *recoveryPlan, ix *engine.Index, prog *bar) (events, rejected uint64, err error) {
+	if p.ReplayEntries == 0 {
+		return 0, 0, nil
+	}
+	_, err = wal.Scan(p.walDir, p.ReplayFrom, p.ReplayTo, func(e wal.Entry) error {
+		for i := range e.Events {
+			events++
+			if ix.Apply(&e.Events[i]) != nil {
+				rejected++
+			}
+		}
+		prog.add(1)
+		return nil
+	})
+	return events, rejected, err
+}

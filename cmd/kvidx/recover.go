@@ -1,0 +1,164 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kvidx/kvidx/recovery"
+	"github.com/kvidx/kvidx/wal"
+)
+
+func newRecoverCmd() *cobra.Command {
+	var (
+		dataDir string
+		dryRun  bool
+		asJSON  bool
+		keep    int
+	)
+	cmd := &cobra.Command{
+		Use:   "recover --data-dir DIR [--dry-run] [--json]",
+		Short: "Check what a restart would recover, or recover and compact a data directory offline",
+		Long: `With --dry-run, recover reports what a restart of DIR would do, changing
+nothing (no lock, no repair: safe on a running server's directory): the WAL's
+range and torn tail (bytes a restart would cut), the snapshot it would load,
+the newer snapshots it would skip and why (damaged, or the WAL does not reach
+back to them), the WAL entries it would replay, the temporary files of
+interrupted snapshot writes it would delete, or why it would refuse to start.
+The rules are recovery's: the newest snapshot that verifies and that the WAL
+reaches back to (WAL first index <= snapshot index + 1, and no gap after it),
+else a full replay from index 1. The exit status is 1 when a restart would
+refuse.
+
+Without --dry-run, recover opens DIR as the server does (taking its lock: it
+fails if a server runs on it), recovers the index, writes a fresh snapshot,
+keeps the newest --keep snapshots and truncates the WAL up to the oldest kept
+one (offline compaction), then closes and prints the recovery report.`,
+		Example: `  kvidx recover --data-dir ./kvidx-data --dry-run
+  kvidx recover --data-dir ./kvidx-data          # server stopped: recover, snapshot, compact`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			out := cmd.OutOrStdout()
+			if dryRun {
+				p, _, err := planRecovery(ctx, dataDir, false)
+				if err != nil {
+					return fmt.Errorf("recover: %w", err)
+				}
+				if asJSON {
+					err = writeJSON(out, p)
+				} else {
+					err = writePlanText(out, p)
+				}
+				if err != nil {
+					return err
+				}
+				if p.Refusal != "" {
+					return &exitError{code: 1, err: fmt.Errorf("recover: a restart of %s would refuse to start: %s", dataDir, p.Refusal)}
+				}
+				return nil
+			}
+			logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+			s, err := recovery.Open(ctx, dataDir, recovery.Options{KeepSnapshots: keep, Logger: logger})
+			if err != nil {
+				if errors.Is(err, wal.ErrLocked) {
+					return fmt.Errorf("recover: %w (is a kvidx server running on it? use --dry-run to inspect it live)", err)
+				}
+				return fmt.Errorf("recover: %w", err)
+			}
+			rep := s.Report()
+			path, index, serr := s.Snapshot(ctx)
+			first, last, rerr := s.WALRange()
+			st := s.Index().Stats()
+			if cerr := s.Close(); serr == nil {
+				serr = cerr
+			}
+			if serr != nil {
+				return fmt.Errorf("recover: %w", serr)
+			}
+			if rerr != nil {
+				return fmt.Errorf("recover: %w", rerr)
+			}
+			bw := bufio.NewWriter(out)
+			row := func(k string, v any) { fmt.Fprintf(bw, "%-22s %v\n", k, v) }
+			if rep.SnapshotUsed.Path != "" {
+				row("snapshot loaded", fmt.Sprintf("%s (WAL index %d)", filepath.Base(rep.SnapshotUsed.Path), rep.SnapshotUsed.Index))
+			} else {
+				row("snapshot loaded", "none (full WAL replay)")
+			}
+			for _, sk := range rep.SnapshotsSkipped {
+				row("snapshot skipped", fmt.Sprintf("%s: %s", filepath.Base(sk.Path), sanitize(sk.Reason, dataDir)))
+			}
+			for _, t := range rep.TempFilesRemoved {
+				row("temp file removed", filepath.Base(t))
+			}
+			row("torn bytes cut", rep.TornBytesDropped)
+			row("replayed", fmt.Sprintf("%d entries, %d events (%d rejected)", rep.ReplayedEntries, rep.ReplayedEvents, rep.ReplayRejected))
+			row("entries", st.Entries)
+			row("holder blocks", st.HolderBlocks)
+			row("worker keys", st.WorkerKeys)
+			row("snapshot written", fmt.Sprintf("%s (WAL index %d)", filepath.Base(path), index))
+			row("wal now", walRangeText(first, last))
+			return bw.Flush()
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&dataDir, "data-dir", "", "the data `DIR`ectory")
+	f.BoolVar(&dryRun, "dry-run", false, "report what a restart would do; change nothing")
+	f.BoolVar(&asJSON, "json", false, "with --dry-run: print JSON")
+	f.IntVar(&keep, "keep", 2, "snapshots to keep (the WAL is truncated only once this many exist)")
+	_ = cmd.MarkFlagRequired("data-dir")
+	return cmd
+}
+
+func writePlanText(w io.Writer, p *recoveryPlan) error {
+	bw := bufio.NewWriter(w)
+	row := func(k string, v any) { fmt.Fprintf(bw, "%-22s %v\n", k, v) }
+	if p.Format == 0 {
+		row("format", "no FORMAT file (a new data directory)")
+	} else {
+		row("format", p.Format)
+	}
+	row("wal", fmt.Sprintf("%s, %d segments, %d bytes", walRangeText(p.WAL.FirstIndex, p.WAL.LastIndex), p.WAL.Segments, p.WAL.Bytes))
+	if p.WAL.TornBytes > 0 {
+		row("torn tail", fmt.Sprintf("%d bytes at offset %d of %s would be cut", p.WAL.TornBytes, p.WAL.TornOffset, p.WAL.TornSegment))
+	} else {
+		row("torn tail", "none")
+	}
+	if p.WAL.Pending != "" {
+		row("pending truncation", p.WAL.Pending+" (a restart finishes it)")
+	}
+	for _, g := range p.WAL.Gaps {
+		row("wal gap", g)
+	}
+	for _, d := range p.WAL.Damage {
+		row("wal damage", d)
+	}
+	for _, t := range p.TempFiles {
+		row("temp file to remove", t)
+	}
+	for _, sk := range p.Skipped {
+		row("snapshot skipped", fmt.Sprintf("%s (WAL index %d): %s", sk.File, sk.Index, sk.Reason))
+	}
+	if p.Refusal != "" {
+		row("outcome", "REFUSE to start: "+p.Refusal)
+		return bw.Flush()
+	}
+	if p.SnapshotUsed != nil {
+		row("snapshot to load", fmt.Sprintf("%s (WAL index %d, %d bytes)", p.SnapshotUsed.File, p.SnapshotUsed.Index, p.SnapshotUsed.Bytes))
+	} else {
+		row("snapshot to load", "none (full WAL replay from index 1)")
+	}
+	row("entries to replay", rangeText(p.ReplayFrom, p.ReplayTo, p.ReplayEntries))
+	row("outcome", "a restart would recover")
+	return bw.Flush()
+}

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kvidx/kvidx/eventjson"
+	"github.com/kvidx/kvidx/snapshot"
+)
+
+func TestRecoverCompacts(t *testing.T) {
+	dir := t.TempDir()
+	copyTree(t, fixtureDir, dir)
+	out, stderr, err := runKvidx(t, "", "recover", "--data-dir", dir)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	for _, want := range []string{"snapshot-00000000000000000050.bolt (WAL index 50)", "torn bytes cut         12",
+		"replayed               10 entries", "snapshot written       snapshot-00000000000000000060.bolt", "wal now                51..60"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	snaps, _ := snapshot.List(filepath.Join(dir, "snapshots"))
+	if len(snaps) != 2 || snaps[0].Index != 60 || snaps[1].Index != 50 {
+		t.Fatalf("snapshots %+v", snaps)
+	}
+	// The dry run now loads the new snapshot and replays nothing.
+	out, _, err = runKvidx(t, "", "recover", "--data-dir", dir, "--dry-run")
+	if err != nil || !strings.Contains(out, "snapshot-00000000000000000060.bolt") || !strings.Contains(out, "entries to replay      none") {
+		t.Fatalf("%v\n%s", err, out)
+	}
+}
+
+func TestDryRunNoSnapshotAndRefusal(t *testing.T) {
+	// No snapshot yet: a full replay from index 1.
+	dir := t.TempDir()
+	s := openStore(t, dir)
+	appendAll(t, s, genHistory(5, 12), 1)
+	want := s.Index().Stats()
+	s.Close()
+	out, _, err := runKvidx(t, "", "recover", "--data-dir", dir, "--dry-run")
+	if err != nil || !strings.Contains(out, "none (full WAL replay from index 1)") || !strings.Contains(out, "1..12 (12)") {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	js, _, err := runKvidx(t, "", "inspect", "summary", dir, "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(js, `"holder_blocks": `+itoa(want.HolderBlocks)) || !strings.Contains(js, `"entries": `+itoa(want.Entries)) {
+		t.Fatalf("summary %s, want %+v", js, want)
+	}
+	// The snapshots survive but the WAL is lost: a restart refuses.
+	dir2 := t.TempDir()
+	copyTree(t, fixtureDir, dir2)
+	os.RemoveAll(filepath.Join(dir2, "wal"))
+	out, _, err = runKvidx(t, "", "recover", "--data-dir", dir2, "--dry-run")
+	var ee *exitError
+	if err == nil || !asExit(err, &ee) || ee.code != 1 || !strings.Contains(out, "REFUSE") {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	// A damaged newest snapshot is skipped with its reason; the older one is used.
+	dir3 := t.TempDir()
+	copyTree(t, fixtureDir, dir3)
+	bad := filepath.Join(dir3, "snapshots", "snapshot-00000000000000000050.bolt")
+	b, _ := os.ReadFile(bad)
+	os.WriteFile(bad, b[:len(b)-4096], 0o644)
+	out, _, err = runKvidx(t, "", "recover", "--data-dir", dir3, "--dry-run")
+	if err != nil || !strings.Contains(out, "snapshot skipped       snapshot-00000000000000000050.bolt") ||
+		!strings.Contains(out, "snapshot to load       snapshot-00000000000000000030.bolt") || strings.Contains(out, dir3) {
+		t.Fatalf("%v\n%s", err, out)
+	}
+}
+
+func TestInspectMatch(t *testing.T) {
+	ix, _, err := snapshot.Load(context.Background(), fixSnapB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range [][]uint64{{105}, {107, 107}, {101, 106, 110}} {
+		want := string(eventjson.AppendResult(nil, ix.Match(q, nil), len(q))) + "\n"
+		out, _, err := runKvidx(t, "", "inspect", "match", fixSnapB, "--local-hashes", joinUints(q))
+		if err != nil || out != want {
+			t.Fatalf("%v: %q (%v), want %q", q, out, err, want)
+		}
+	}
+	out, _, err := runKvidx(t, "", "inspect", "match", fixSnapB, "--tokens", "1,2,3,4,5", "--block-size", "2", "--lora-name", "x")
+	if err != nil || !strings.HasSuffix(out, `"query_blocks":2}`+"\n") {
+		t.Fatalf("%v %q", err, out)
+	}
+	if _, _, err := runKvidx(t, "", "inspect", "match", fixSnapB, "--tokens", "1,2"); err == nil {
+		t.Fatal("--tokens without --block-size accepted")
+	}
+	if _, _, err := runKvidx(t, "", "inspect", "summary", "/nonexistent/x.bolt"); err == nil || !strings.Contains(err.Error(), "/nonexistent/x.bolt") {
+		t.Fatalf("error does not name the file: %v", err)
+	}
+}
+
+func itoa(n int) string { return joinUints([]uint64{uint64(n)}) }

@@ -1,0 +1,313 @@
+package wal
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/golang/snappy"
+)
+
+// Read-only access for inspection tools (kvidx wal dump, wal stat, recover
+// --dry-run). Unlike [Open], nothing here renames, truncates, creates,
+// deletes or locks a file: it is safe on the directory of a running server.
+// It reads the segment files as tidwall/wal would see them once it has
+// finished an interrupted truncation (.START/.END names), without finishing
+// it, and it reports a torn tail (what Open would cut) instead of cutting it.
+
+// SegmentInfo describes one segment file as the read-only reader sees it.
+type SegmentInfo struct {
+	Name       string `json:"name"`        // file name, possibly with a .START/.END suffix
+	FirstIndex uint64 `json:"first_index"` // index of its first entry
+	Entries    uint64 `json:"entries"`     // complete entries (tidwall/wal framing)
+	Bytes      int64  `json:"bytes"`       // file size
+}
+
+// Layout is what [Inspect] and [Scan] find in a WAL directory.
+type Layout struct {
+	// Segments are the segment files tidwall/wal would use, in order.
+	Segments []SegmentInfo `json:"segments"`
+	// Ignored are segment files an interrupted truncation leaves behind
+	// (Open would delete them).
+	Ignored []string `json:"ignored,omitempty"`
+	// Pending names an interrupted truncation's .START or .END file ("" if none).
+	Pending string `json:"pending,omitempty"`
+	// FirstIndex and LastIndex are what the log would report after Open,
+	// the torn tail cut (FirstIndex > LastIndex: empty).
+	FirstIndex uint64 `json:"first_index"`
+	LastIndex  uint64 `json:"last_index"`
+	// Bytes is the size of every segment file; FramedBytes the entry
+	// payloads (frame header plus compressed batch) of the valid entries;
+	// DecodedBytes their uncompressed batches.
+	Bytes        int64 `json:"bytes"`
+	FramedBytes  int64 `json:"framed_bytes"`
+	DecodedBytes int64 `json:"decoded_bytes"`
+	// TornSegment, TornOffset and TornBytes describe a torn tail: the last
+	// segment ends in an incomplete or invalid entry that no valid entry
+	// follows; Open would cut TornBytes bytes from TornOffset.
+	TornSegment string `json:"torn_segment,omitempty"`
+	TornOffset  int64  `json:"torn_offset,omitempty"`
+	TornBytes   int64  `json:"torn_bytes"`
+	// Gaps describe missing or unreadable runs of entries between segments
+	// (as recovery finds them); Damage, entries failing their checks
+	// elsewhere than a torn tail, each naming the segment and byte offset.
+	Gaps   []Gap    `json:"gaps,omitempty"`
+	Damage []Damage `json:"damage,omitempty"`
+}
+
+// Gap is a run of entries From..To that the segment files do not hold whole.
+type Gap struct {
+	From, To uint64
+	Desc     string
+}
+
+// Damage is an entry that fails its checks, or a framing break, inside the log.
+type Damage struct {
+	Segment string
+	Offset  int64
+	Index   uint64 // the entry's index (the first unreadable one for a framing break)
+	Desc    string
+}
+
+func (d Damage) String() string {
+	return fmt.Sprintf("segment %s offset %d: entry %d: %s", d.Segment, d.Offset, d.Index, d.Desc)
+}
+
+// resolveSegments returns the segments tidwall/wal would use after finishing
+// an interrupted truncation, the ones it would delete, and the pending
+// .START/.END file name.
+func resolveSegments(segs []segFile) (use []segFile, ignored []string, pending string, err error) {
+	startIdx, endIdx := -1, -1
+	for i, s := range segs {
+		switch s.kind {
+		case ".START":
+			startIdx = i
+		case ".END":
+			if endIdx == -1 {
+				endIdx = i
+			}
+		}
+	}
+	if startIdx != -1 && endIdx != -1 {
+		return nil, nil, "", fmt.Errorf("both %s and %s exist (tidwall/wal refuses to open): %w", segs[startIdx].name, segs[endIdx].name, ErrCorrupt)
+	}
+	use = segs
+	if startIdx != -1 {
+		pending = segs[startIdx].name
+		for _, s := range segs[:startIdx] {
+			ignored = append(ignored, s.name)
+		}
+		use = segs[startIdx:]
+	}
+	if endIdx != -1 {
+		pending = segs[endIdx].name
+		for _, s := range segs[endIdx+1:] {
+			ignored = append(ignored, s.name)
+		}
+		use = segs[:endIdx+1]
+		if n := len(use); n > 1 && use[n-2].index == use[n-1].index {
+			ignored = append(ignored, use[n-2].name)
+			use = append(append([]segFile{}, use[:n-2]...), use[n-1])
+		}
+	}
+	return use, ignored, pending, nil
+}
+
+// Inspect walks every segment of the WAL in dir read-only and returns its
+// layout: segments, index range, sizes, compression, torn tail, gaps and
+// damaged entries. It checks every entry's frame (CRC) but decodes none. A
+// missing directory is an empty log. The error is for I/O failures and for
+// what Open would refuse (damage followed by valid entries in the last
+// segment, conflicting truncation files); the layout found so far is
+// returned with it.
+func Inspect(dir string) (Layout, error) {
+	return walk(dir, 1, 0, nil)
+}
+
+// Scan calls fn, in index order, with every entry of the WAL in dir from
+// index from (0: the first) to index to (0: the last), reading the segment
+// files read-only (see [Inspect]). An entry that cannot be read or decoded
+// within the range, or a gap in it, ends the scan with an error wrapping
+// [ErrCorrupt] that names the segment and byte offset; a torn tail is not
+// an error (it is not part of the log: see Layout.TornBytes). A range
+// starting before the first index fails with [ErrTruncated]. An error from
+// fn ends the scan and is returned as is. The layout is returned in every
+// case.
+func Scan(dir string, from, to uint64, fn func(Entry) error) (Layout, error) {
+	if to == 0 {
+		to = ^uint64(0)
+	}
+	return walk(dir, from, to, fn)
+}
+
+// walk is Inspect and Scan: entries from..to (from > to: none) are decoded
+// and passed to fn.
+func walk(dir string, from, to uint64, fn func(Entry) error) (Layout, error) {
+	var lay Layout
+	all, err := listSegments(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		lay.FirstIndex, lay.LastIndex = 1, 0
+		return lay, nil
+	}
+	if err != nil {
+		return lay, fmt.Errorf("wal %s: %w", dir, err)
+	}
+	segs, ignored, pending, err := resolveSegments(all)
+	lay.Ignored, lay.Pending = ignored, pending
+	if err != nil {
+		return lay, fmt.Errorf("wal %s: %w", dir, err)
+	}
+	if len(segs) == 0 {
+		lay.FirstIndex, lay.LastIndex = 1, 0
+		return lay, nil
+	}
+	lay.FirstIndex = segs[0].index
+	if from == 0 {
+		from = lay.FirstIndex
+	}
+	if fn != nil && from < lay.FirstIndex && from <= to {
+		return lay, fmt.Errorf("wal %s: read from %d, first index is %d: %w", dir, from, lay.FirstIndex, ErrTruncated)
+	}
+	var scanErr error
+	inRange := func(a, b uint64) bool { return fn != nil && from <= to && b >= from && a <= to }
+	fail := func(format string, args ...any) {
+		if scanErr == nil {
+			scanErr = fmt.Errorf("wal %s: "+format+": %w", append(append([]any{dir}, args...), ErrCorrupt)...)
+		}
+	}
+	next := segs[0].index // index expected at the start of the next segment
+	for si, s := range segs {
+		data, err := os.ReadFile(filepath.Join(dir, s.name))
+		if err != nil {
+			return lay, fmt.Errorf("wal %s: segment %s: %w", dir, s.name, err)
+		}
+		info := SegmentInfo{Name: s.name, FirstIndex: s.index, Bytes: int64(len(data))}
+		lay.Bytes += int64(len(data))
+		last := si == len(segs)-1
+		if si > 0 {
+			switch {
+			case next < s.index:
+				prev := segs[si-1].name
+				g := Gap{From: next, To: s.index - 1, Desc: fmt.Sprintf(
+					"gap: segment %s ends before entry %d but the next segment %s starts at %d: entries %d..%d are missing",
+					prev, next, s.name, s.index, next, s.index-1)}
+				lay.Gaps = append(lay.Gaps, g)
+				if inRange(g.From, g.To) {
+					fail("%s", g.Desc)
+				}
+			case next > s.index:
+				g := Gap{From: s.index, To: next - 1, Desc: fmt.Sprintf(
+					"overlap: the segment before %s holds entries up to %d but %s starts at %d",
+					s.name, next-1, s.name, s.index)}
+				lay.Gaps = append(lay.Gaps, g)
+				if inRange(g.From, g.To) {
+					fail("%s", g.Desc)
+				}
+			}
+		}
+		off := 0
+		index := s.index
+		// good is the end of the valid prefix of the last segment.
+		good := -1
+		for off < len(data) {
+			p, n, ok := nextEntry(data[off:])
+			if !ok {
+				break
+			}
+			if ferr := checkFrame(p); ferr != nil {
+				if last && good < 0 {
+					good = off
+				}
+				d := Damage{Segment: s.name, Offset: int64(off), Index: index, Desc: ferr.Error()}
+				lay.Damage = append(lay.Damage, d)
+				if !last && inRange(index, index) {
+					fail("%s", d)
+				}
+			} else {
+				if good < 0 {
+					lay.FramedBytes += int64(len(p))
+					if dl, derr := snappy.DecodedLen(p[frameHeader:]); derr == nil {
+						lay.DecodedBytes += int64(dl)
+					}
+				}
+				if fn != nil && scanErr == nil && index >= from && index <= to && (good < 0 || !last) {
+					events, positions, derr := decodeEntry(p)
+					if derr != nil {
+						fail("segment %s offset %d: entry %d: %v", s.name, off, index, derr)
+					} else if ferr := fn(Entry{Index: index, Events: events, Positions: positions}); ferr != nil {
+						return lay, ferr
+					}
+				}
+			}
+			off += n
+			index++
+			info.Entries++
+		}
+		if off < len(data) {
+			// The framing breaks: in the last segment a torn tail (or worse),
+			// elsewhere entries are unreadable up to the next segment.
+			if last {
+				if good < 0 {
+					good = off
+				}
+			} else {
+				end := index
+				if si+1 < len(segs) && segs[si+1].index > end {
+					end = segs[si+1].index
+				}
+				lay.Damage = append(lay.Damage, Damage{Segment: s.name, Offset: int64(off), Index: index,
+					Desc: fmt.Sprintf("tidwall/wal framing breaks at byte %d of %d", off, len(data))})
+				g := Gap{From: index, To: end - 1, Desc: fmt.Sprintf(
+					"segment %s: framing breaks at byte %d of %d after %d entries: entries %d..%d unreadable",
+					s.name, off, len(data), info.Entries, index, end-1)}
+				lay.Gaps = append(lay.Gaps, g)
+				if inRange(g.From, max(g.From, g.To)) {
+					fail("%s", g.Desc)
+				}
+			}
+		}
+		if last {
+			lay.LastIndex = index - 1
+			if good >= 0 {
+				// What Open would do: cut from good, unless a valid entry
+				// starts anywhere after it (damage inside the log).
+				lay.LastIndex = s.index + countEntries(data[:good]) - 1
+				for p := good + 1; p < len(data); p++ {
+					if validEntryAt(data[p:]) {
+						return lay, fmt.Errorf("wal %s: segment %s offset %d: invalid entry followed by a valid entry at offset %d (damage inside the log, not a torn tail; Open refuses it): %w",
+							dir, s.name, good, p, ErrCorrupt)
+					}
+				}
+				lay.TornSegment, lay.TornOffset, lay.TornBytes = s.name, int64(good), int64(len(data)-good)
+				// Entries after good were counted as damage: they are the tail.
+				kept := lay.Damage[:0]
+				for _, d := range lay.Damage {
+					if d.Segment != s.name || d.Offset < int64(good) {
+						kept = append(kept, d)
+					}
+				}
+				lay.Damage = kept
+				info.Entries = lay.LastIndex + 1 - s.index
+			}
+		} else {
+			next = index
+		}
+		lay.Segments = append(lay.Segments, info)
+	}
+	return lay, scanErr
+}
+
+// countEntries counts the complete entries (tidwall/wal framing) of b.
+func countEntries(b []byte) uint64 {
+	var n uint64
+	for len(b) > 0 {
+		_, k, ok := nextEntry(b)
+		if !ok {
+			break
+		}
+		b = b[k:]
+		n++
+	}
+	return n
+}
