@@ -246,9 +246,10 @@ func (f *Frozen) Places(yield func(*PlaceRecord) bool) {
 		hs := holds[start[o]:start[o+1]]
 		rec = PlaceRecord{ID: uint32(o + 1), Position: s.pos, TokensHash: s.th, Seq: s.seq, Holders: rec.Holders[:0]}
 		if s.parent >= 0 {
-			// A stale link (its parent gone, the slot reused) is dropped by
-			// the loader, which checks that the parent chains to this place.
-			if pid := uint32(ord[s.parent]); pid != 0 && pid < rec.ID {
+			// A link goes stale when its parent is freed and the slot reused;
+			// those that skip a position are dropped here, and the loader
+			// checks that the rest chain to this place.
+			if pid := uint32(ord[s.parent]); pid != 0 && pid < rec.ID && spans[pid-1].pos+1 == s.pos {
 				rec.Parent = pid
 			}
 		}
