@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -143,10 +144,11 @@ func TestServeKill9(t *testing.T) {
 	}
 	child, base := start()
 	// Post chains from 4 clients until the kill; remember what was acknowledged.
-	acked := make(chan int, 10000)
+	acked := make(chan int, 100000)
 	stop := make(chan struct{})
+	var clients sync.WaitGroup
 	for c := range 4 {
-		go func() {
+		clients.Go(func() {
 			for id := c + 1; ; id += 4 {
 				select {
 				case <-stop:
@@ -163,7 +165,7 @@ func TestServeKill9(t *testing.T) {
 					acked <- id
 				}
 			}
-		}()
+		})
 	}
 	time.Sleep(300 * time.Millisecond)
 	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
@@ -171,7 +173,7 @@ func TestServeKill9(t *testing.T) {
 	}
 	child.Wait()
 	close(stop)
-	time.Sleep(50 * time.Millisecond)
+	clients.Wait()
 	close(acked)
 	var ids []int
 	for id := range acked {
