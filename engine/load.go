@@ -233,17 +233,12 @@ func (l *Loader) Finish(c Counters) (*Index, error) {
 	return ix, nil
 }
 
-// loadedLoad is the load at which a loader sizes the tables it builds once:
-// they are complete when built, so they start near growLoad rather than at
-// grownLoad, which saves memory to fault in and to keep.
-const loadedLoad = 0.75
-
 // buildTable builds the shard's table from its slab of places.
 func (s *shard) buildTable() error {
 	if s.places == 0 {
 		return nil
 	}
-	s.table = make([]uint64, max(minTable, int(float64(s.places)/loadedLoad)+1))
+	s.table = make([]uint64, grownCap(s.places))
 	for local := uint32(1); local < s.nextNew; local++ {
 		p := s.place(local)
 		fp := fingerprint(keyHash(p.pos, p.th))
@@ -261,7 +256,7 @@ func (s *shard) buildTable() error {
 
 // buildRev builds the worker's reverse map from its blocks.
 func (w *worker) buildRev(blocks []pendingBlock) error {
-	w.rev.slots = make([]revSlot, max(minTable, int(float64(len(blocks))/loadedLoad)+1))
+	w.rev.slots = make([]revSlot, grownCap(len(blocks)))
 	for _, b := range blocks {
 		at, stop := w.rev.find(b.bh)
 		if at >= 0 {
