@@ -19,6 +19,15 @@
 // scored by bisection over positions; only workers with holes are checked
 // position by position.
 //
+// Snapshots: [Index.Freeze] copies the state between two events (writers
+// wait only for the copy; queries never wait), [Frozen.Places] yields it as
+// place records in position order, and a [Loader] builds a new index from
+// such records in bulk, recomputing which workers are hole-free.
+//
+// Memory follows the index down after a peak: places live in paged slabs
+// referred to by number, and when a shard's slabs are mostly free the writer
+// compacts them and rewrites every reference.
+//
 // The package does no I/O: the write-ahead log, snapshots and event decoders
 // live in other packages and feed [Event] values to [Index.Apply].
 package engine
