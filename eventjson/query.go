@@ -34,8 +34,15 @@ type Query struct {
 // (with local hashes they would be silently meaningless). Token ids must fit
 // 32 bits. A trailing partial block of tokens is not part of the query.
 func DecodeQuery(data []byte) (Query, error) {
+	return DecodeQueryDefault(data, 0)
+}
+
+// DecodeQueryDefault is [DecodeQuery] where a token query without
+// "block_size" (or with null) takes defaultBlockSize, when that is at least
+// 1: a server's default block size.
+func DecodeQueryDefault(data []byte, defaultBlockSize int) (Query, error) {
 	s := scanner{data: data}
-	q, err := decodeQuery(&s)
+	q, err := decodeQuery(&s, defaultBlockSize)
 	if err == nil {
 		err = s.end()
 	}
@@ -54,7 +61,7 @@ const (
 	qCandidates
 )
 
-func decodeQuery(s *scanner) (Query, error) {
+func decodeQuery(s *scanner, defaultBlockSize int) (Query, error) {
 	var (
 		q         Query
 		tokens    []uint64
@@ -122,6 +129,10 @@ func decodeQuery(s *scanner) (Query, error) {
 		if err != nil {
 			return q, inField(k, err)
 		}
+	}
+	if have&qTokens != 0 && have&qBlockSize == 0 && defaultBlockSize >= 1 {
+		have |= qBlockSize
+		blockSize = uint64(defaultBlockSize)
 	}
 	switch {
 	case have&qLocal != 0 && have&qTokens != 0:

@@ -134,3 +134,31 @@ func TestAppendResult(t *testing.T) {
 		}
 	}
 }
+
+func TestDecodeQueryDefault(t *testing.T) {
+	tests := []struct {
+		name, in string
+		blocks   int
+		wantErr  bool
+	}{
+		{"default applies", `{"tokens":[1,2,3,4,5,6,7,8]}`, 2, false},
+		{"null takes the default", `{"tokens":[1,2,3,4,5,6,7,8],"block_size":null}`, 2, false},
+		{"explicit wins", `{"tokens":[1,2,3,4,5,6,7,8],"block_size":8}`, 1, false},
+		{"local hashes unaffected", `{"local_hashes":[1,2]}`, 2, false},
+		{"zero still refused", `{"tokens":[1,2],"block_size":0}`, 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			q, err := DecodeQueryDefault([]byte(tt.in), 4)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("error %v, want error %v", err, tt.wantErr)
+			}
+			if err == nil && len(q.LocalHashes) != tt.blocks {
+				t.Fatalf("%d blocks, want %d", len(q.LocalHashes), tt.blocks)
+			}
+		})
+	}
+	if _, err := DecodeQuery([]byte(`{"tokens":[1,2,3,4]}`)); err == nil {
+		t.Fatal("DecodeQuery must still require block_size with tokens")
+	}
+}

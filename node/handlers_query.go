@@ -1,9 +1,7 @@
 package node
 
 import (
-	"bytes"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/kvidx/kvidx/eventjson"
@@ -32,34 +30,10 @@ func (s *Server) handleMatch(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, append(body, '\n'))
 }
 
-// decodeQuery decodes a query, giving a token query without "block_size"
-// the server's default block size. eventjson.DecodeQuery requires the field
-// with tokens, so when the first attempt fails, the query is retried with
-// the default spliced in as the object's first member: the retry can only
-// succeed if the sole problem was a missing block size (a block size already
-// present would be a duplicate, and with local hashes it is refused), and
-// any other failure reports the original error.
+// decodeQuery decodes a query; a token query without "block_size" takes
+// the server's default block size.
 func (s *Server) decodeQuery(body []byte) (eventjson.Query, error) {
-	q, err := eventjson.DecodeQuery(body)
-	if err == nil {
-		return q, nil
-	}
-	trimmed := bytes.TrimLeft(body, " \t\r\n")
-	if len(trimmed) == 0 || trimmed[0] != '{' || !bytes.Contains(body, []byte(`"tokens"`)) {
-		return q, err
-	}
-	patched := make([]byte, 0, len(trimmed)+32)
-	patched = append(patched, `{"block_size":`...)
-	patched = strconv.AppendInt(patched, int64(s.cfg.DefaultBlockSize), 10)
-	rest := bytes.TrimLeft(trimmed[1:], " \t\r\n")
-	if len(rest) > 0 && rest[0] != '}' {
-		patched = append(patched, ',')
-	}
-	patched = append(patched, rest...)
-	if q2, err2 := eventjson.DecodeQuery(patched); err2 == nil {
-		return q2, nil
-	}
-	return q, err
+	return eventjson.DecodeQueryDefault(body, s.cfg.DefaultBlockSize)
 }
 
 // workerJSON is one row of GET /v1/workers.
