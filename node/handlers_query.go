@@ -117,8 +117,12 @@ func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 	phase, reason := s.Status()
 	if phase == Ready {
-		writeJSON(w, http.StatusOK, []byte(`{"status":"ready"}`+"\n"))
-		return
+		if why := s.sourcesNotReady(); why != "" {
+			phase, reason = Starting, why
+		} else {
+			writeJSON(w, http.StatusOK, []byte(`{"status":"ready"}`+"\n"))
+			return
+		}
 	}
 	writeValue(w, http.StatusServiceUnavailable, struct {
 		Status string `json:"status"`

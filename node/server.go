@@ -58,6 +58,7 @@ type Server struct {
 	store   atomic.Pointer[storeBox]
 	snaps   *snapshotter
 	bufs    sync.Pool // *bytes.Buffer for request bodies
+	sources sources
 }
 
 // maxPooledBuffer keeps huge request buffers out of the pool.
@@ -67,6 +68,7 @@ const maxPooledBuffer = 4 << 20
 func New(cfg Config) *Server {
 	cfg = cfg.withDefaults()
 	s := &Server{cfg: cfg, log: cfg.Logger, metrics: NewMetrics()}
+	s.metrics.reg.MustRegister(sourceCollector{&s.sources})
 	s.state.Store(&status{phase: Starting, reason: "recovering"})
 	s.snaps = newSnapshotter(s)
 	s.routes()

@@ -9,12 +9,14 @@ import (
 	"os/signal"
 	"runtime/pprof"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/kvidx/kvidx/ingest/jetstream"
 	"github.com/kvidx/kvidx/node"
 	"github.com/kvidx/kvidx/recovery"
 	"github.com/kvidx/kvidx/wal"
@@ -33,6 +35,10 @@ type serveFlags struct {
 	maxBodyBytes   int64
 	finalSnapshot  bool
 	cpuProfile     string
+	natsURL        string
+	natsStream     string
+	natsSubject    string
+	natsAllowGap   bool
 }
 
 func newServeCmd() *cobra.Command {
@@ -57,6 +63,12 @@ An event request is acknowledged once it is durable under --sync and applied.
 Snapshots are taken every --snapshot-every-events events and every
 --snapshot-interval (when something changed), and at shutdown (SIGTERM or
 SIGINT) unless --final-snapshot=false.
+
+With --nats-url, the node also consumes a NATS JetStream stream of events
+(each message one event or an NDJSON batch) with its own ordered consumer,
+resuming after the last message its own WAL recorded: replicas fed by one
+stream hold the same index. Lost messages (expired or purged before this node
+applied them) keep the node not ready unless --nats-allow-gap.
 
 Every flag can also be set by an environment variable: KVIDX_ and the flag
 name in upper case with _ for -, e.g. KVIDX_DATA_DIR=/var/lib/kvidx.`,
@@ -83,6 +95,10 @@ name in upper case with _ for -, e.g. KVIDX_DATA_DIR=/var/lib/kvidx.`,
 	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fl.Int64Var(&f.maxBodyBytes, "max-body-bytes", 16<<20, "largest request body accepted")
 	fl.BoolVar(&f.finalSnapshot, "final-snapshot", true, "take a snapshot at shutdown")
+	fl.StringVar(&f.natsURL, "nats-url", "", "consume KV events from this NATS server's JetStream stream (e.g. nats://127.0.0.1:4222)")
+	fl.StringVar(&f.natsStream, "nats-stream", "KV_EVENTS", "JetStream stream to consume")
+	fl.StringVar(&f.natsSubject, "nats-subject", "kv.events.>", "subjects of the stream to consume")
+	fl.BoolVar(&f.natsAllowGap, "nats-allow-gap", false, "continue when stream messages this node never applied are gone (expired or purged)")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (for performance work)")
 	_ = fl.MarkHidden("cpuprofile")
 	return cmd
@@ -179,9 +195,19 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		}
 	}
 	srv.SetStore(store)
+	var sources sync.WaitGroup
+	if f.natsURL != "" {
+		src := jetstream.New(jetstream.Config{URL: f.natsURL, Stream: f.natsStream, Subject: f.natsSubject, AllowGap: f.natsAllowGap, Logger: log}, store)
+		srv.AddSource(func() node.SourceStatus {
+			st := src.Status()
+			return node.SourceStatus{Name: jetstream.PositionName(f.natsStream), Connected: st.Connected, Applied: st.Applied, Lag: st.Lag, Problem: st.Gap, Errors: st.Errors}
+		})
+		sources.Go(func() { _ = src.Run(ctx) })
+	}
 	log.Info("ready", "data_dir", f.dataDir, "listen", ln.Addr().String(), "snapshot", rep.SnapshotUsed.Path,
 		"replayed_entries", rep.ReplayedEntries, "recovery", rep.Duration)
 	runErr := <-served
+	sources.Wait() // they stop with ctx, before the store closes
 	if err := store.Close(); err != nil {
 		runErr = errors.Join(runErr, err)
 	}

@@ -1,0 +1,20 @@
+// Package jetstream feeds a kvidx store from a NATS JetStream stream, so that
+// a fleet of router replicas shares one durable stream of KV-cache events.
+//
+// Each message holds events in kvidx's JSON shape (one event, an NDJSON
+// batch, or a JSON array; see package eventjson). Each replica reads the
+// stream with its own ordered consumer (never a shared durable one), starting
+// at the stream sequence after the last one recorded in its own store: the
+// position travels in the same WAL entry as the message's events, so a
+// message counts as applied exactly when that entry is durable, and after a
+// crash the replica resumes with the next message, none applied twice, none
+// skipped.
+//
+// If that next sequence is no longer in the stream (expired or purged), the
+// source does not skip silently: it reports the gap (not ready) and waits,
+// unless it was configured to allow gaps, in which case it logs the gap and
+// continues from the stream's first message.
+//
+// Messages that do not decode are counted and logged (rate-limited), and
+// their position is still recorded, so they are not read again.
+package jetstream

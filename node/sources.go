@@ -1,0 +1,103 @@
+package node
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// SourceStatus is one event source's state (a NATS stream, a vLLM ZMQ
+// endpoint), for /readyz and the metrics.
+type SourceStatus struct {
+	// Name identifies the source, e.g. "nats:KV_EVENTS".
+	Name      string
+	Connected bool
+	// Applied is the source sequence of the last message applied; Lag how
+	// many messages it is behind.
+	Applied, Lag uint64
+	// Problem, when not empty, makes the node not ready (e.g. a gap in a
+	// stream that the source refuses to skip).
+	Problem string
+	// Errors counts messages the source could not apply, by reason.
+	Errors map[string]uint64
+}
+
+// sources holds the status functions of the node's event sources.
+type sources struct {
+	mu  sync.Mutex
+	fns []func() SourceStatus
+}
+
+func (ss *sources) all() []SourceStatus {
+	ss.mu.Lock()
+	fns := append([]func() SourceStatus(nil), ss.fns...)
+	ss.mu.Unlock()
+	out := make([]SourceStatus, len(fns))
+	for i, fn := range fns {
+		out[i] = fn()
+	}
+	return out
+}
+
+// AddSource registers an event source: /readyz answers 503 while any source
+// is disconnected or reports a problem, and the metrics show each source's
+// state.
+func (s *Server) AddSource(status func() SourceStatus) {
+	s.sources.mu.Lock()
+	s.sources.fns = append(s.sources.fns, status)
+	s.sources.mu.Unlock()
+}
+
+// sourcesNotReady says why the sources keep the node from being ready, or "".
+func (s *Server) sourcesNotReady() string {
+	var why []string
+	for _, st := range s.sources.all() {
+		switch {
+		case st.Problem != "":
+			why = append(why, fmt.Sprintf("source %s: %s", st.Name, st.Problem))
+		case !st.Connected:
+			why = append(why, fmt.Sprintf("source %s: not connected", st.Name))
+		}
+	}
+	return strings.Join(why, "; ")
+}
+
+// sourceCollector exports the sources' state at scrape time.
+type sourceCollector struct{ ss *sources }
+
+var (
+	descSourceConnected = prometheus.NewDesc("kvidx_source_connected", "1 when the event source is connected.", []string{"source"}, nil)
+	descSourceApplied   = prometheus.NewDesc("kvidx_source_applied_sequence", "Source sequence of the last message applied.", []string{"source"}, nil)
+	descSourceLag       = prometheus.NewDesc("kvidx_source_lag_messages", "Messages of the source not yet applied.", []string{"source"}, nil)
+	descSourceErrors    = prometheus.NewDesc("kvidx_source_errors_total", "Messages the source could not apply, by reason.", []string{"source", "reason"}, nil)
+)
+
+func (c sourceCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descSourceConnected
+	ch <- descSourceApplied
+	ch <- descSourceLag
+	ch <- descSourceErrors
+}
+
+func (c sourceCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, st := range c.ss.all() {
+		connected := 0.0
+		if st.Connected {
+			connected = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descSourceConnected, prometheus.GaugeValue, connected, st.Name)
+		ch <- prometheus.MustNewConstMetric(descSourceApplied, prometheus.GaugeValue, float64(st.Applied), st.Name)
+		ch <- prometheus.MustNewConstMetric(descSourceLag, prometheus.GaugeValue, float64(st.Lag), st.Name)
+		reasons := make([]string, 0, len(st.Errors))
+		for r := range st.Errors {
+			reasons = append(reasons, r)
+		}
+		sort.Strings(reasons)
+		for _, r := range reasons {
+			ch <- prometheus.MustNewConstMetric(descSourceErrors, prometheus.CounterValue, float64(st.Errors[r]), st.Name, r)
+		}
+	}
+}

@@ -1,0 +1,47 @@
+package node
+
+import (
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+func TestSourcesInReadinessAndMetrics(t *testing.T) {
+	e := newEnv(t, DefaultConfig())
+	var st atomic.Pointer[SourceStatus]
+	st.Store(&SourceStatus{Name: "nats:KV", Connected: true, Applied: 7, Lag: 2, Errors: map[string]uint64{"decode": 3}})
+	e.srv.AddSource(func() SourceStatus { return *st.Load() })
+	if r := e.do(t, "GET", "/readyz", ""); r.code != 200 {
+		t.Fatalf("readyz %d %s with a healthy source", r.code, r.body)
+	}
+	st.Store(&SourceStatus{Name: "nats:KV", Connected: true, Problem: "stream KV messages 1..9 are gone"})
+	r := e.do(t, "GET", "/readyz", "")
+	if r.code != 503 || !strings.Contains(string(r.body), "source nats:KV: stream KV messages 1..9 are gone") {
+		t.Fatalf("readyz %d %s: want 503 naming the gap", r.code, r.body)
+	}
+	st.Store(&SourceStatus{Name: "nats:KV"})
+	if r := e.do(t, "GET", "/readyz", ""); r.code != 503 || !strings.Contains(string(r.body), "not connected") {
+		t.Fatalf("readyz %d %s: want 503, not connected", r.code, r.body)
+	}
+	// Matches keep working whatever the sources say.
+	if r := e.do(t, "POST", "/v1/match", `{"local_hashes":[1]}`); r.code != 200 {
+		t.Fatalf("match %d", r.code)
+	}
+	st.Store(&SourceStatus{Name: "nats:KV", Connected: true, Applied: 7, Lag: 2, Errors: map[string]uint64{"decode": 3}})
+	want := `
+# HELP kvidx_source_errors_total Messages the source could not apply, by reason.
+# TYPE kvidx_source_errors_total counter
+kvidx_source_errors_total{reason="decode",source="nats:KV"} 3
+# HELP kvidx_source_lag_messages Messages of the source not yet applied.
+# TYPE kvidx_source_lag_messages gauge
+kvidx_source_lag_messages{source="nats:KV"} 2
+`
+	if err := testutil.GatherAndCompare(e.srv.Metrics().Registry(), strings.NewReader(want), "kvidx_source_errors_total", "kvidx_source_lag_messages"); err != nil {
+		t.Fatal(err)
+	}
+	if problems, err := testutil.GatherAndLint(e.srv.Metrics().Registry()); err != nil || len(problems) > 0 {
+		t.Fatalf("lint: %v %v", err, problems)
+	}
+}
