@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/kvidx/kvidx/ingest"
 	"github.com/kvidx/kvidx/ingest/jetstream"
 	"github.com/kvidx/kvidx/node"
 	"github.com/kvidx/kvidx/recovery"
@@ -39,6 +40,7 @@ type serveFlags struct {
 	natsStream     string
 	natsSubject    string
 	natsAllowGap   bool
+	zmq            []string
 }
 
 func newServeCmd() *cobra.Command {
@@ -63,6 +65,12 @@ An event request is acknowledged once it is durable under --sync and applied.
 Snapshots are taken every --snapshot-every-events events and every
 --snapshot-interval (when something changed), and at shutdown (SIGTERM or
 SIGINT) unless --final-snapshot=false.
+
+With --zmq (repeatable), the node subscribes to vLLM engines' ZMQ KV-event
+publishers, hashing each block's tokens itself; it applies each engine's
+batches in sequence order, asks the replay socket for missed ones, drops
+duplicates, clears a worker whose engine restarted, and records the last
+applied sequence in the WAL so a restart resumes with the next batch.
 
 With --nats-url, the node also consumes a NATS JetStream stream of events
 (each message one event or an NDJSON batch) with its own ordered consumer,
@@ -95,6 +103,7 @@ name in upper case with _ for -, e.g. KVIDX_DATA_DIR=/var/lib/kvidx.`,
 	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fl.Int64Var(&f.maxBodyBytes, "max-body-bytes", 16<<20, "largest request body accepted")
 	fl.BoolVar(&f.finalSnapshot, "final-snapshot", true, "take a snapshot at shutdown")
+	fl.StringArrayVar(&f.zmq, "zmq", nil, "consume a vLLM engine's KV events: tcp://HOST:5557=WORKER_ID[,replay=tcp://HOST:5558] (repeatable)")
 	fl.StringVar(&f.natsURL, "nats-url", "", "consume KV events from this NATS server's JetStream stream (e.g. nats://127.0.0.1:4222)")
 	fl.StringVar(&f.natsStream, "nats-stream", "KV_EVENTS", "JetStream stream to consume")
 	fl.StringVar(&f.natsSubject, "nats-subject", "kv.events.>", "subjects of the stream to consume")
@@ -155,6 +164,14 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		}
 		defer func() { pprof.StopCPUProfile(); pf.Close() }()
 	}
+	var specs []ingest.ZMQSpec
+	for _, z := range f.zmq {
+		spec, err := ingest.ParseZMQSpec(z)
+		if err != nil {
+			return fmt.Errorf("serve: --zmq %q: %w", z, err)
+		}
+		specs = append(specs, spec)
+	}
 	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
@@ -196,6 +213,14 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	}
 	srv.SetStore(store)
 	var sources sync.WaitGroup
+	for _, spec := range specs {
+		src := ingest.NewZMQSource(spec, store, ingest.ZMQOptions{Logger: log})
+		srv.AddSource(func() node.SourceStatus {
+			st := src.Stats()
+			return node.SourceStatus{Name: st.Source, Connected: st.Connected, Applied: st.LastSeq, Lag: st.Lag, Errors: st.Errors}
+		})
+		sources.Go(func() { _ = src.Run(ctx) })
+	}
 	if f.natsURL != "" {
 		src := jetstream.New(jetstream.Config{URL: f.natsURL, Stream: f.natsStream, Subject: f.natsSubject, AllowGap: f.natsAllowGap, Logger: log}, store)
 		srv.AddSource(func() node.SourceStatus {

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"log"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/kvidx/kvidx/engine"
+)
+
+// kvidx serve --zmq follows a vLLM publisher: a BlockStored batch published
+// on loopback becomes a match, its tokens hashed by kvidx.
+func TestServeZMQ(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pub := zmq4.NewPub(ctx, zmq4.WithLogger(log.New(io.Discard, "", 0)))
+	defer pub.Close()
+	if err := pub.Listen("tcp://127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	endpoint := "tcp://" + pub.Addr().String()
+	base, done := serveInProcess(t, ctx, "--data-dir", t.TempDir(), "--sync", "none", "--zmq", endpoint+"=7")
+	// vLLM's batch: [ts, [events], dp_rank]; BlockStored as an array, tag first.
+	tokens := []uint32{1, 2, 3, 4, 5, 6, 7, 8}
+	payload, err := msgpack.Marshal([]any{1.5, []any{
+		[]any{"BlockStored", []uint64{1001, 1002}, nil, tokens, 4, nil, "GPU", nil},
+	}, 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq := make([]byte, 8)
+	binary.BigEndian.PutUint64(seq, 0)
+	local := engine.LocalHashes(nil, tokens, 4, "")
+	q := fmt.Sprintf(`{"local_hashes":[%d,%d]}`, local[0], local[1])
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		// Re-sent until it lands: a SUB that joins late misses messages, and
+		// repeats of sequence 0 are dropped as duplicates once applied.
+		if err := pub.Send(zmq4.NewMsgFrom([]byte("kv"), seq, payload)); err != nil {
+			t.Fatal(err)
+		}
+		if _, body := post(t, base+"/v1/match", q); strings.Contains(body, `"worker_id":7,"dp_rank":0,"matched_blocks":2`) {
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
+	t.Fatal("the published batch never became a match")
+}

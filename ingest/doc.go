@@ -1,0 +1,50 @@
+// Package ingest holds kvidx's live event sources. This file's half: vLLM's
+// ZMQ KV-event publisher ([ZMQSource]).
+//
+// # Wire format
+//
+// A vLLM engine publishes on a PUB socket messages of three frames: a
+// topic, an 8-byte big-endian batch sequence number, and a msgpack batch
+// ([VLLMDecoder]): [ts, [events...], data_parallel_rank] or a map with
+// those keys; events are BlockStored, BlockRemoved and AllBlocksCleared,
+// tagged by class name as an array (tag first) or a map ("type" key).
+// kvidx hashes each stored block's tokens itself (engine.LocalHashes with
+// the LoRA salt of lora_name) and keeps the engine's hash as the block hash.
+// Hashes may be unsigned or signed integers (bits kept) or bytes (the low 8,
+// big-endian).
+//
+// # Exactly once, in order
+//
+// A source appends each batch to its [Store] together with the position
+// wal.Position{Source: "zmq:<endpoint>", Seq: seq}, in one atomic Append,
+// so after a restart [Store.Applied] names the last applied batch and the
+// source asks the replay endpoint (a ROUTER; the source's DEALER sends
+// ["", start as 8 bytes] and reads ["", seq, payload] or ["", topic, seq,
+// payload] until seq -1) for everything after it (from 0 with no recorded
+// position). Live batches:
+//
+//   - at or below the last applied sequence: duplicates, dropped;
+//   - sequence 0 after higher ones: the engine restarted; the worker is
+//     cleared (a Cleared event per DP rank seen, or WorkerRemoved when none
+//     is known) in the same Append as the batch;
+//   - past the next expected one: a replay from the next expected one; if
+//     the batches are still missing (no replay endpoint, a failed replay,
+//     or a replay that starts past the requested sequence because the
+//     engine's buffer moved on) the worker is cleared before the batch:
+//     its missed events are gone;
+//   - undecodable: counted, the worker cleared, the position moved past it.
+//
+// A lost sequence 0 after an engine restart (the first batches published
+// before the SUB reconnected) cannot be told from duplicates: the source
+// drops batches until the engine's sequence passes the recorded one.
+//
+// # Bad input and connections
+//
+// Wrong frame counts, bad sequence frames, undecodable payloads, unknown
+// event classes, lost batches, failed replays, dial failures and refused
+// appends are counted per reason ([SourceStats].Errors, [ZMQOptions].OnError)
+// and logged at most once per reason per interval; the source keeps
+// running. It dials with its own exponential backoff and redials when the
+// connection drops (a publisher restart), and reports Connected, LastSeq,
+// HighestSeq and Lag for readiness and metrics.
+package ingest

@@ -1,0 +1,72 @@
+package ingest
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// ZMQSpec is one --zmq flag value: a vLLM publisher endpoint, the worker id
+// its events belong to, and its optional replay endpoint.
+type ZMQSpec struct {
+	Endpoint string // e.g. tcp://10.0.0.5:5557
+	WorkerID uint64
+	Replay   string // e.g. tcp://10.0.0.5:5558; empty: no replay
+}
+
+// ParseZMQSpec parses "ENDPOINT=WORKER_ID[,replay=REPLAY_ENDPOINT]", e.g.
+// "tcp://10.0.0.5:5557=7,replay=tcp://10.0.0.5:5558".
+func ParseZMQSpec(s string) (ZMQSpec, error) {
+	var sp ZMQSpec
+	main, opts, _ := strings.Cut(s, ",")
+	i := strings.LastIndexByte(main, '=')
+	if i < 0 {
+		return sp, fmt.Errorf("zmq source %q: want ENDPOINT=WORKER_ID[,replay=ENDPOINT]", s)
+	}
+	sp.Endpoint = main[:i]
+	if err := checkEndpoint(sp.Endpoint); err != nil {
+		return sp, fmt.Errorf("zmq source %q: %w", s, err)
+	}
+	id, err := strconv.ParseUint(main[i+1:], 10, 64)
+	if err != nil {
+		return sp, fmt.Errorf("zmq source %q: worker id %q: want an unsigned integer", s, main[i+1:])
+	}
+	sp.WorkerID = id
+	for opts != "" {
+		var opt string
+		opt, opts, _ = strings.Cut(opts, ",")
+		k, val, ok := strings.Cut(opt, "=")
+		switch {
+		case ok && k == "replay":
+			if err := checkEndpoint(val); err != nil {
+				return sp, fmt.Errorf("zmq source %q: replay: %w", s, err)
+			}
+			sp.Replay = val
+		default:
+			return sp, fmt.Errorf("zmq source %q: unknown option %q (want replay=ENDPOINT)", s, opt)
+		}
+	}
+	return sp, nil
+}
+
+func checkEndpoint(ep string) error {
+	scheme, addr, ok := strings.Cut(ep, "://")
+	if !ok || addr == "" {
+		return fmt.Errorf("endpoint %q: want tcp://HOST:PORT", ep)
+	}
+	switch scheme {
+	case "tcp", "ipc", "inproc":
+	default:
+		return fmt.Errorf("endpoint %q: unsupported transport %q", ep, scheme)
+	}
+	return nil
+}
+
+// String formats the spec as ParseZMQSpec reads it.
+func (sp ZMQSpec) String() string {
+	s := sp.Endpoint + "=" + strconv.FormatUint(sp.WorkerID, 10)
+	if sp.Replay != "" {
+		s += ",replay=" + sp.Replay
+	}
+	return s
+}

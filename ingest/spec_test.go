@@ -1,0 +1,32 @@
+package ingest
+
+import (
+	"testing"
+
+	"github.com/kvidx/kvidx/recovery"
+)
+
+// The durable store is a source's Store.
+var _ Store = (*recovery.Store)(nil)
+
+func TestParseZMQSpec(t *testing.T) {
+	good := map[string]ZMQSpec{
+		"tcp://10.0.0.5:5557=7":                                 {Endpoint: "tcp://10.0.0.5:5557", WorkerID: 7},
+		"tcp://h:5557=18446744073709551615,replay=tcp://h:5558": {Endpoint: "tcp://h:5557", WorkerID: 1<<64 - 1, Replay: "tcp://h:5558"},
+	}
+	for in, want := range good {
+		got, err := ParseZMQSpec(in)
+		if err != nil || got != want {
+			t.Errorf("%q: got %+v, %v; want %+v", in, got, err, want)
+		}
+		if got.String() != in {
+			t.Errorf("%q: String() = %q", in, got.String())
+		}
+	}
+	for _, in := range []string{"", "tcp://h:1", "tcp://h:1=x", "tcp://h:1=-1", "h:1=7", "udp://h:1=7",
+		"tcp://h:1=7,replay=", "tcp://h:1=7,foo=bar", "tcp://h:1=7,replay=h:2"} {
+		if _, err := ParseZMQSpec(in); err == nil {
+			t.Errorf("%q: want an error", in)
+		}
+	}
+}

@@ -1,0 +1,575 @@
+package ingest
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/vmihailenco/msgpack/v5"
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
+
+	"github.com/kvidx/kvidx/engine"
+)
+
+// ErrDecode wraps every error of [VLLMDecoder.Decode]: the payload is not a
+// vLLM KV-event batch kvidx understands.
+var ErrDecode = errors.New("vllm payload")
+
+// VLLMBatch is one decoded vLLM KV-event batch.
+type VLLMBatch struct {
+	// DPRank is the batch's data_parallel_rank (0 when absent or null).
+	DPRank uint32
+	// Events are the batch's events, in order, for worker key
+	// {WorkerID, DPRank}.
+	Events []engine.Event
+	// Unknown counts events of an unknown class, skipped.
+	Unknown int
+}
+
+// VLLMDecoder decodes vLLM's msgpack KV-event batches (EventBatch /
+// KVEventBatch) into engine events, with the msgpack package's low-level
+// Decoder API (no reflection). The zero value is ready; a VLLMDecoder is not
+// safe for concurrent use. Returned events own their slices.
+type VLLMDecoder struct {
+	r      bytes.Reader
+	d      *msgpack.Decoder
+	tokens []uint32
+	ev     rawEvent
+}
+
+// rawEvent holds the fields of one event as decoded, whatever its class.
+type rawEvent struct {
+	typ        string
+	hashes     []uint64
+	parent     uint64
+	hasParent  bool
+	tokens     []uint32
+	blockSize  int64
+	loraName   string
+	haveTokens bool
+}
+
+func decodeErr(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrDecode, fmt.Sprintf(format, args...))
+}
+
+func wrapErr(what string, err error) error {
+	if errors.Is(err, ErrDecode) {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return fmt.Errorf("%w: %s: %v", ErrDecode, what, err)
+}
+
+// Decode decodes one batch payload: an array [ts, [events...],
+// data_parallel_rank] or a map with keys "ts", "events" and
+// "data_parallel_rank" (unknown trailing elements and keys are ignored).
+// Every event gets Worker{workerID, data_parallel_rank}. Errors wrap
+// [ErrDecode]; no input panics.
+func (v *VLLMDecoder) Decode(payload []byte, workerID uint64) (VLLMBatch, error) {
+	v.r.Reset(payload)
+	if v.d == nil {
+		v.d = msgpack.NewDecoder(&v.r)
+	} else {
+		v.d.Reset(&v.r)
+	}
+	var b VLLMBatch
+	var evs []engine.Event
+	var rank uint64
+	c, err := v.d.PeekCode()
+	if err != nil {
+		return b, wrapErr("batch", err)
+	}
+	switch {
+	case isArray(c):
+		n, err := v.arrayLen()
+		if err != nil {
+			return b, wrapErr("batch", err)
+		}
+		if n < 2 {
+			return b, decodeErr("batch: array of %d elements, want at least 2", n)
+		}
+		if err := v.skip(); err != nil { // ts
+			return b, wrapErr("batch ts", err)
+		}
+		if evs, b.Unknown, err = v.events(); err != nil {
+			return b, err
+		}
+		if n >= 3 {
+			if rank, err = v.optUint("data_parallel_rank", math.MaxUint32); err != nil {
+				return b, err
+			}
+		}
+		for i := 3; i < n; i++ {
+			if err := v.skip(); err != nil {
+				return b, wrapErr("batch", err)
+			}
+		}
+	case isMap(c):
+		n, err := v.mapLen()
+		if err != nil {
+			return b, wrapErr("batch", err)
+		}
+		haveEvents := false
+		for range n {
+			key, err := v.key()
+			if err != nil {
+				return b, wrapErr("batch key", err)
+			}
+			switch key {
+			case "events":
+				if evs, b.Unknown, err = v.events(); err != nil {
+					return b, err
+				}
+				haveEvents = true
+			case "data_parallel_rank":
+				if rank, err = v.optUint("data_parallel_rank", math.MaxUint32); err != nil {
+					return b, err
+				}
+			default:
+				if err := v.skip(); err != nil {
+					return b, wrapErr("batch "+key, err)
+				}
+			}
+		}
+		if !haveEvents {
+			return b, decodeErr("batch: no \"events\"")
+		}
+	default:
+		return b, decodeErr("batch: want an array or a map, got code 0x%02x", c)
+	}
+	if v.r.Len() != 0 {
+		return b, decodeErr("batch: %d trailing bytes", v.r.Len())
+	}
+	b.DPRank = uint32(rank)
+	for i := range evs {
+		evs[i].Worker = engine.WorkerKey{WorkerID: workerID, DPRank: b.DPRank}
+	}
+	b.Events = evs
+	return b, nil
+}
+
+func isArray(c byte) bool {
+	return msgpcode.IsFixedArray(c) || c == msgpcode.Array16 || c == msgpcode.Array32
+}
+
+func isMap(c byte) bool {
+	return msgpcode.IsFixedMap(c) || c == msgpcode.Map16 || c == msgpcode.Map32
+}
+
+// arrayLen decodes an array header (not nil), checking the declared length
+// against the bytes left (each element takes at least one byte).
+func (v *VLLMDecoder) arrayLen() (int, error) {
+	n, err := v.d.DecodeArrayLen()
+	if err != nil {
+		return 0, err
+	}
+	if n < 0 {
+		return 0, errors.New("null, want an array")
+	}
+	if n > v.r.Len() {
+		return 0, fmt.Errorf("array of %d elements in %d bytes", n, v.r.Len())
+	}
+	return n, nil
+}
+
+func (v *VLLMDecoder) mapLen() (int, error) {
+	n, err := v.d.DecodeMapLen()
+	if err != nil {
+		return 0, err
+	}
+	if n < 0 {
+		return 0, errors.New("null, want a map")
+	}
+	if n > v.r.Len()/2 {
+		return 0, fmt.Errorf("map of %d entries in %d bytes", n, v.r.Len())
+	}
+	return n, nil
+}
+
+// key decodes a map key: a string (bytes accepted too).
+func (v *VLLMDecoder) key() (string, error) {
+	c, err := v.d.PeekCode()
+	if err != nil {
+		return "", err
+	}
+	if !msgpcode.IsString(c) && !msgpcode.IsBin(c) {
+		return "", fmt.Errorf("key: want a string, got code 0x%02x", c)
+	}
+	return v.str()
+}
+
+// str decodes a string or bytes value, checking its length first.
+func (v *VLLMDecoder) str() (string, error) {
+	n, err := v.d.DecodeBytesLen()
+	if err != nil {
+		return "", err
+	}
+	if n < 0 {
+		return "", nil
+	}
+	if n > v.r.Len() {
+		return "", fmt.Errorf("string of %d bytes in %d", n, v.r.Len())
+	}
+	buf := make([]byte, n)
+	if err := v.d.ReadFull(buf); err != nil {
+		return "", err
+	}
+	return string(buf), nil
+}
+
+// skip skips one value of any depth without recursion.
+func (v *VLLMDecoder) skip() error {
+	for pending := 1; pending > 0; pending-- {
+		c, err := v.d.PeekCode()
+		if err != nil {
+			return err
+		}
+		switch {
+		case isArray(c):
+			n, err := v.arrayLen()
+			if err != nil {
+				return err
+			}
+			pending += n
+		case isMap(c):
+			n, err := v.mapLen()
+			if err != nil {
+				return err
+			}
+			pending += 2 * n
+		default:
+			if err := v.d.Skip(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (v *VLLMDecoder) isNil() (bool, error) {
+	c, err := v.d.PeekCode()
+	if err != nil {
+		return false, err
+	}
+	if c == msgpcode.Nil {
+		return true, v.d.DecodeNil()
+	}
+	return false, nil
+}
+
+// optUint decodes a non-negative integer at most max, or nil (0).
+func (v *VLLMDecoder) optUint(what string, max uint64) (uint64, error) {
+	c, err := v.d.PeekCode()
+	if err != nil {
+		return 0, wrapErr(what, err)
+	}
+	if c == msgpcode.Nil {
+		return 0, v.d.DecodeNil()
+	}
+	return v.uint(what, max)
+}
+
+func isInt(c byte) bool {
+	return msgpcode.IsFixedNum(c) || (c >= msgpcode.Uint8 && c <= msgpcode.Int64)
+}
+
+func isNegInt(c byte) bool {
+	return c >= msgpcode.NegFixedNumLow || (c >= msgpcode.Int8 && c <= msgpcode.Int64)
+}
+
+// uint decodes a non-negative integer at most max.
+func (v *VLLMDecoder) uint(what string, max uint64) (uint64, error) {
+	c, err := v.d.PeekCode()
+	if err != nil {
+		return 0, wrapErr(what, err)
+	}
+	if !isInt(c) {
+		return 0, decodeErr("%s: want an integer, got code 0x%02x", what, c)
+	}
+	if isNegInt(c) {
+		n, err := v.d.DecodeInt64()
+		if err != nil {
+			return 0, wrapErr(what, err)
+		}
+		if n < 0 {
+			return 0, decodeErr("%s: negative (%d)", what, n)
+		}
+		if uint64(n) > max {
+			return 0, decodeErr("%s: %d out of range", what, n)
+		}
+		return uint64(n), nil
+	}
+	n, err := v.d.DecodeUint64()
+	if err != nil {
+		return 0, wrapErr(what, err)
+	}
+	if n > max {
+		return 0, decodeErr("%s: %d out of range", what, n)
+	}
+	return n, nil
+}
+
+// hash decodes a block hash: an unsigned integer, a signed one (its bits),
+// or bytes (the low 8, big-endian; shorter ones zero-extended).
+func (v *VLLMDecoder) hash(what string) (uint64, error) {
+	c, err := v.d.PeekCode()
+	if err != nil {
+		return 0, wrapErr(what, err)
+	}
+	switch {
+	case isNegInt(c):
+		n, err := v.d.DecodeInt64()
+		if err != nil {
+			return 0, wrapErr(what, err)
+		}
+		return uint64(n), nil
+	case isInt(c):
+		n, err := v.d.DecodeUint64()
+		if err != nil {
+			return 0, wrapErr(what, err)
+		}
+		return n, nil
+	case msgpcode.IsBin(c) || msgpcode.IsString(c):
+		n, err := v.d.DecodeBytesLen()
+		if err != nil {
+			return 0, wrapErr(what, err)
+		}
+		if n < 0 || n > v.r.Len() {
+			return 0, decodeErr("%s: %d bytes in %d", what, n, v.r.Len())
+		}
+		if n == 0 {
+			return 0, decodeErr("%s: empty bytes", what)
+		}
+		var buf [8]byte
+		if n > 8 {
+			if _, err := v.r.Seek(int64(n-8), 1); err != nil {
+				return 0, wrapErr(what, err)
+			}
+			n = 8
+		}
+		if err := v.d.ReadFull(buf[8-n:]); err != nil {
+			return 0, wrapErr(what, err)
+		}
+		return binary.BigEndian.Uint64(buf[:]), nil
+	}
+	return 0, decodeErr("%s: want an integer or bytes, got code 0x%02x", what, c)
+}
+
+func (v *VLLMDecoder) hashes(what string, dst []uint64) ([]uint64, error) {
+	if null, err := v.isNil(); err != nil || null {
+		return dst[:0], err
+	}
+	n, err := v.arrayLen()
+	if err != nil {
+		return nil, wrapErr(what, err)
+	}
+	dst = dst[:0]
+	for i := range n {
+		h, err := v.hash(fmt.Sprintf("%s[%d]", what, i))
+		if err != nil {
+			return nil, err
+		}
+		dst = append(dst, h)
+	}
+	return dst, nil
+}
+
+func (v *VLLMDecoder) tokenIDs(dst []uint32) ([]uint32, error) {
+	if null, err := v.isNil(); err != nil || null {
+		return dst[:0], err
+	}
+	n, err := v.arrayLen()
+	if err != nil {
+		return nil, wrapErr("token_ids", err)
+	}
+	dst = dst[:0]
+	for range n {
+		t, err := v.uint("token_ids", math.MaxUint32)
+		if err != nil {
+			return nil, err
+		}
+		dst = append(dst, uint32(t))
+	}
+	return dst, nil
+}
+
+// events decodes the events array.
+func (v *VLLMDecoder) events() ([]engine.Event, int, error) {
+	n, err := v.arrayLen()
+	if err != nil {
+		return nil, 0, wrapErr("events", err)
+	}
+	evs := make([]engine.Event, 0, n)
+	unknown := 0
+	for i := range n {
+		ev, ok, err := v.event()
+		if err != nil {
+			return nil, 0, fmt.Errorf("event %d: %w", i, err)
+		}
+		if !ok {
+			unknown++
+			continue
+		}
+		evs = append(evs, ev)
+	}
+	return evs, unknown, nil
+}
+
+// BlockStored's fields in array form, after the tag.
+var storedFields = [...]string{"block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name"}
+
+// event decodes one event; ok is false for an unknown class (skipped).
+func (v *VLLMDecoder) event() (ev engine.Event, ok bool, err error) {
+	r := &v.ev
+	r.typ, r.hashes, r.hasParent, r.parent, r.tokens, r.blockSize, r.loraName, r.haveTokens = "", r.hashes[:0], false, 0, nil, 0, "", false
+	c, err := v.d.PeekCode()
+	if err != nil {
+		return ev, false, wrapErr("event", err)
+	}
+	switch {
+	case isArray(c):
+		n, err := v.arrayLen()
+		if err != nil {
+			return ev, false, wrapErr("event", err)
+		}
+		if n < 1 {
+			return ev, false, decodeErr("event: empty array")
+		}
+		if r.typ, err = v.tag(); err != nil {
+			return ev, false, err
+		}
+		var fields []string
+		switch r.typ {
+		case "BlockStored":
+			fields = storedFields[:]
+		case "BlockRemoved":
+			fields = storedFields[:1]
+		}
+		for i := 1; i < n; i++ {
+			if i-1 < len(fields) {
+				err = v.field(fields[i-1])
+			} else {
+				err = v.skip()
+			}
+			if err != nil {
+				return ev, false, wrapErr(r.typ, err)
+			}
+		}
+	case isMap(c):
+		n, err := v.mapLen()
+		if err != nil {
+			return ev, false, wrapErr("event", err)
+		}
+		for range n {
+			key, err := v.key()
+			if err != nil {
+				return ev, false, wrapErr("event key", err)
+			}
+			if key == "type" {
+				if r.typ, err = v.tag(); err != nil {
+					return ev, false, err
+				}
+				continue
+			}
+			if err := v.field(key); err != nil {
+				return ev, false, wrapErr("event", err)
+			}
+		}
+		if r.typ == "" {
+			return ev, false, decodeErr("event: no \"type\"")
+		}
+	default:
+		return ev, false, decodeErr("event: want an array or a map, got code 0x%02x", c)
+	}
+	return v.build()
+}
+
+func (v *VLLMDecoder) tag() (string, error) {
+	c, err := v.d.PeekCode()
+	if err != nil {
+		return "", wrapErr("event tag", err)
+	}
+	if !msgpcode.IsString(c) {
+		return "", decodeErr("event tag: want a string, got code 0x%02x", c)
+	}
+	s, err := v.str()
+	if err != nil {
+		return "", wrapErr("event tag", err)
+	}
+	if s == "" {
+		return "", decodeErr("event tag: empty")
+	}
+	return s, nil
+}
+
+// field decodes one named event field into v.ev (unknown ones skipped).
+func (v *VLLMDecoder) field(name string) (err error) {
+	r := &v.ev
+	switch name {
+	case "block_hashes":
+		r.hashes, err = v.hashes(name, r.hashes)
+	case "parent_block_hash":
+		var null bool
+		if null, err = v.isNil(); err == nil && !null {
+			r.parent, err = v.hash(name)
+			r.hasParent = err == nil
+		}
+	case "token_ids":
+		v.tokens, err = v.tokenIDs(v.tokens)
+		r.tokens, r.haveTokens = v.tokens, err == nil
+	case "block_size":
+		var n uint64
+		n, err = v.optUint(name, math.MaxInt32)
+		r.blockSize = int64(n)
+	case "lora_name":
+		var null bool
+		if null, err = v.isNil(); err == nil && !null {
+			var c byte
+			if c, err = v.d.PeekCode(); err == nil {
+				if !msgpcode.IsString(c) {
+					return decodeErr("lora_name: want a string, got code 0x%02x", c)
+				}
+				r.loraName, err = v.str()
+			}
+		}
+	default: // lora_id, medium, and anything newer
+		err = v.skip()
+	}
+	if err != nil {
+		return wrapErr(name, err)
+	}
+	return nil
+}
+
+// build turns v.ev into an engine event.
+func (v *VLLMDecoder) build() (engine.Event, bool, error) {
+	r := &v.ev
+	var ev engine.Event
+	switch r.typ {
+	case "BlockStored":
+		ev.Kind = engine.KindStored
+		n := len(r.hashes)
+		if r.blockSize <= 0 {
+			return ev, false, decodeErr("BlockStored: block_size %d", r.blockSize)
+		}
+		if want := int64(n) * r.blockSize; int64(len(r.tokens)) != want {
+			return ev, false, decodeErr("BlockStored: %d token_ids for %d blocks of %d", len(r.tokens), n, r.blockSize)
+		}
+		local := engine.LocalHashes(make([]uint64, 0, n), r.tokens, int(r.blockSize), r.loraName)
+		ev.Blocks = make([]engine.Block, n)
+		for i := range n {
+			ev.Blocks[i] = engine.Block{BlockHash: r.hashes[i], TokensHash: local[i]}
+		}
+		ev.HasParent, ev.ParentHash = r.hasParent, r.parent
+	case "BlockRemoved":
+		ev.Kind = engine.KindRemoved
+		ev.BlockHashes = append([]uint64(nil), r.hashes...)
+	case "AllBlocksCleared":
+		ev.Kind = engine.KindCleared
+	default:
+		return ev, false, nil
+	}
+	return ev, true, nil
+}

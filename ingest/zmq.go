@@ -1,0 +1,605 @@
+package ingest
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log"
+	"log/slog"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+
+	"github.com/kvidx/kvidx/engine"
+	"github.com/kvidx/kvidx/wal"
+)
+
+// Store is what a source needs of the durable store (recovery.Store
+// satisfies it): Append logs and applies a batch of events together with
+// the source positions it reaches, atomically; Applied returns the last
+// applied WAL index and the last recorded position per source.
+type Store interface {
+	Append(ctx context.Context, events []engine.Event, positions []wal.Position) (uint64, []error, error)
+	Applied() (uint64, []wal.Position)
+}
+
+// Error reasons counted by [ZMQSource] (see [SourceStats].Errors and
+// [ZMQOptions].OnError).
+const (
+	ReasonFrames     = "frames"        // a message without exactly 3 frames
+	ReasonSeq        = "seq"           // a sequence frame that is not 8 bytes
+	ReasonDecode     = "decode"        // an undecodable payload (the worker is cleared, the batch skipped)
+	ReasonUnknown    = "unknown_event" // events of an unknown class (skipped)
+	ReasonGap        = "gap"           // batches lost for good (the worker is cleared)
+	ReasonReplay     = "replay"        // a replay request failed or timed out
+	ReasonConnect    = "connect"       // dialing the publisher failed
+	ReasonDisconnect = "disconnect"    // the connection to the publisher was lost
+	ReasonAppend     = "append"        // the store refused a batch (retried)
+)
+
+// ZMQOptions configure a [ZMQSource]. The zero value is valid.
+type ZMQOptions struct {
+	// Logger receives the source's reports; default slog.Default().
+	Logger *slog.Logger
+	// MinBackoff and MaxBackoff bound the exponential backoff between
+	// reconnects and between retries of a refused append; default 100ms
+	// and 5s.
+	MinBackoff, MaxBackoff time.Duration
+	// DialTimeout bounds one connection attempt; default 5s.
+	DialTimeout time.Duration
+	// ReplayTimeout is the longest wait for one replay reply; default 10s.
+	ReplayTimeout time.Duration
+	// LogInterval is the least time between two logged errors of the same
+	// reason (the others are counted and summarised); default 10s.
+	LogInterval time.Duration
+	// OnError, if set, is called (synchronously, keep it cheap) for every
+	// counted error, e.g. to increment kvidx_source_errors_total{source,reason}.
+	OnError func(source, reason string)
+	// QueueSize is how many received messages may wait while a batch is
+	// appended or a replay runs; default 1024.
+	QueueSize int
+}
+
+// SourceStats is a snapshot of a source's state and counters.
+type SourceStats struct {
+	Source    string // "zmq:<endpoint>"
+	Endpoint  string
+	WorkerID  uint64
+	Connected bool
+	// HasSeq tells whether LastSeq is known (a batch was applied, or a
+	// position was recovered).
+	HasSeq bool
+	// LastSeq is the sequence number of the last applied batch.
+	LastSeq uint64
+	// HighestSeq is the highest sequence number received (live or replayed).
+	HighestSeq uint64
+	// Lag is HighestSeq - LastSeq (0 when either is unknown or behind).
+	Lag uint64
+	// LastBatch is when the last batch was applied (zero: never).
+	LastBatch time.Time
+	// Batches and Events count applied batches and their events;
+	// Rejected the events the index rejected.
+	Batches, Events, Rejected uint64
+	// Duplicates counts batches dropped as already applied.
+	Duplicates uint64
+	// Replays counts replay requests, ReplayedBatches the batches they
+	// delivered (duplicates included).
+	Replays, ReplayedBatches uint64
+	// Resets counts engine restarts seen (sequence 0 after higher ones);
+	// Clears the times the worker was cleared (resets, lost batches).
+	Resets, Clears uint64
+	// Errors counts errors per reason (the Reason constants).
+	Errors map[string]uint64
+}
+
+// ZMQSource follows one vLLM KV-event publisher: a SUB socket on the
+// endpoint, subscribed to every topic, and optionally a DEALER on the
+// engine's replay endpoint to fill gaps. It appends each batch, in sequence
+// order and exactly once, to the store with its position
+// {Source: "zmq:<endpoint>", Seq: seq}. See the package documentation.
+type ZMQSource struct {
+	spec  ZMQSpec
+	name  string
+	store Store
+	opts  ZMQOptions
+	log   *slog.Logger
+	zlog  *log.Logger
+	rl    rateLimiter
+
+	mu    sync.Mutex
+	stats SourceStats
+
+	// Owned by the Run goroutine.
+	dec   VLLMDecoder
+	last  uint64
+	have  bool
+	ranks map[uint32]struct{}
+}
+
+// NewZMQSource returns a source for spec appending to store. It does
+// nothing until [ZMQSource.Run].
+func NewZMQSource(spec ZMQSpec, store Store, opts ZMQOptions) *ZMQSource {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.MinBackoff <= 0 {
+		opts.MinBackoff = 100 * time.Millisecond
+	}
+	if opts.MaxBackoff < opts.MinBackoff {
+		opts.MaxBackoff = max(5*time.Second, opts.MinBackoff)
+	}
+	if opts.DialTimeout <= 0 {
+		opts.DialTimeout = 5 * time.Second
+	}
+	if opts.ReplayTimeout <= 0 {
+		opts.ReplayTimeout = 10 * time.Second
+	}
+	if opts.LogInterval <= 0 {
+		opts.LogInterval = 10 * time.Second
+	}
+	if opts.QueueSize <= 0 {
+		opts.QueueSize = 1024
+	}
+	name := SourceName(spec.Endpoint)
+	lg := opts.Logger.With("source", name, "worker_id", spec.WorkerID)
+	return &ZMQSource{
+		spec:  spec,
+		name:  name,
+		store: store,
+		opts:  opts,
+		log:   lg,
+		zlog:  slog.NewLogLogger(lg.Handler(), slog.LevelDebug),
+		rl:    rateLimiter{interval: opts.LogInterval},
+		stats: SourceStats{Source: name, Endpoint: spec.Endpoint, WorkerID: spec.WorkerID, Errors: map[string]uint64{}},
+		ranks: map[uint32]struct{}{},
+	}
+}
+
+// SourceName is the WAL position name of the ZMQ source of endpoint.
+func SourceName(endpoint string) string { return "zmq:" + endpoint }
+
+// Name returns the source's name, "zmq:<endpoint>".
+func (s *ZMQSource) Name() string { return s.name }
+
+// Spec returns the source's spec.
+func (s *ZMQSource) Spec() ZMQSpec { return s.spec }
+
+// Stats returns a snapshot of the source's state and counters. It is safe
+// to call at any time from any goroutine.
+func (s *ZMQSource) Stats() SourceStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stats
+	st.Errors = make(map[string]uint64, len(s.stats.Errors))
+	for k, v := range s.stats.Errors {
+		st.Errors[k] = v
+	}
+	if st.HasSeq && st.HighestSeq > st.LastSeq {
+		st.Lag = st.HighestSeq - st.LastSeq
+	}
+	return st
+}
+
+// Run follows the publisher until ctx is cancelled, then returns nil once
+// its sockets are closed and its goroutines done. It reads the source's
+// position from the store first and, with a replay endpoint, asks for
+// everything after it (from 0 when there is none). Bad input, lost
+// connections and refused appends are counted and survived, never returned.
+// Run must not be called twice at once on one source.
+func (s *ZMQSource) Run(ctx context.Context) error {
+	_, positions := s.store.Applied()
+	for _, p := range positions {
+		if p.Source == s.name {
+			s.last, s.have = p.Seq, true
+		}
+	}
+	s.mu.Lock()
+	s.stats.HasSeq, s.stats.LastSeq = s.have, s.last
+	s.mu.Unlock()
+	s.log.Info("zmq source starting", "endpoint", s.spec.Endpoint, "replay", s.spec.Replay,
+		"resume_seq", s.next(), "recorded", s.have)
+
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	msgs := make(chan [][]byte, s.opts.QueueSize)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.subLoop(ctx, msgs)
+	}()
+
+	if s.spec.Replay != "" {
+		if err := s.replay(ctx, s.next()); err != nil {
+			return nil // ctx done
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case frames := <-msgs:
+			if err := s.handle(ctx, frames); err != nil {
+				return nil // ctx done
+			}
+		}
+	}
+}
+
+// next is the sequence number of the next batch to apply.
+func (s *ZMQSource) next() uint64 {
+	if !s.have {
+		return 0
+	}
+	return s.last + 1
+}
+
+func (s *ZMQSource) setConnected(c bool) {
+	s.mu.Lock()
+	s.stats.Connected = c
+	s.mu.Unlock()
+}
+
+// fail counts and (rate-limited) logs an error.
+func (s *ZMQSource) fail(reason string, err error) {
+	s.mu.Lock()
+	s.stats.Errors[reason]++
+	s.mu.Unlock()
+	if s.opts.OnError != nil {
+		s.opts.OnError(s.name, reason)
+	}
+	if ok, suppressed := s.rl.allow(reason, time.Now()); ok {
+		s.log.Warn("zmq source error", "reason", reason, "err", err, "suppressed_since_last", suppressed)
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+func (s *ZMQSource) socketOptions() []zmq4.Option {
+	return []zmq4.Option{
+		zmq4.WithLogger(s.zlog),
+		zmq4.WithDialerMaxRetries(0), // the source retries with its own backoff
+		zmq4.WithDialerTimeout(s.opts.DialTimeout),
+		zmq4.WithTimeout(s.opts.DialTimeout),
+	}
+}
+
+// subLoop keeps a SUB socket connected to the endpoint, reconnecting with
+// backoff, and passes every received message on to out.
+func (s *ZMQSource) subLoop(ctx context.Context, out chan<- [][]byte) {
+	backoff := s.opts.MinBackoff
+	for ctx.Err() == nil {
+		sctx, scancel := context.WithCancel(ctx)
+		sub := zmq4.NewSub(sctx, s.socketOptions()...)
+		err := sub.SetOption(zmq4.OptionSubscribe, "")
+		if err == nil {
+			err = sub.Dial(s.spec.Endpoint)
+		}
+		if err != nil {
+			sub.Close()
+			scancel()
+			if ctx.Err() != nil {
+				return
+			}
+			s.fail(ReasonConnect, err)
+			sleepCtx(ctx, backoff)
+			backoff = min(2*backoff, s.opts.MaxBackoff)
+			continue
+		}
+		s.setConnected(true)
+		s.log.Info("zmq source connected", "endpoint", s.spec.Endpoint)
+		backoff = s.opts.MinBackoff
+		for {
+			var msg zmq4.Msg
+			msg, err = sub.Recv()
+			if err != nil {
+				break
+			}
+			select {
+			case out <- msg.Frames:
+			case <-ctx.Done():
+			}
+		}
+		s.setConnected(false)
+		sub.Close()
+		scancel()
+		if ctx.Err() != nil {
+			return
+		}
+		s.fail(ReasonDisconnect, err)
+		sleepCtx(ctx, backoff)
+	}
+}
+
+// handle applies one live message. It returns an error only when ctx ends.
+func (s *ZMQSource) handle(ctx context.Context, frames [][]byte) error {
+	if len(frames) != 3 {
+		s.fail(ReasonFrames, fmt.Errorf("message of %d frames, want 3 (topic, seq, payload)", len(frames)))
+		return nil
+	}
+	if len(frames[1]) != 8 {
+		s.fail(ReasonSeq, fmt.Errorf("sequence frame of %d bytes, want 8", len(frames[1])))
+		return nil
+	}
+	return s.deliver(ctx, binary.BigEndian.Uint64(frames[1]), frames[2], false)
+}
+
+// deliver applies the batch seq (live, or replayed) in sequence order:
+// duplicates are dropped, a live gap asks for a replay, a reset or lost
+// batches clear the worker first. It returns an error only when ctx ends.
+func (s *ZMQSource) deliver(ctx context.Context, seq uint64, payload []byte, replayed bool) error {
+	s.mu.Lock()
+	s.stats.HighestSeq = max(s.stats.HighestSeq, seq)
+	if replayed {
+		s.stats.ReplayedBatches++
+	}
+	s.mu.Unlock()
+
+	clear := false
+	if s.have && seq <= s.last {
+		if seq != 0 || s.last == 0 || replayed {
+			s.mu.Lock()
+			s.stats.Duplicates++
+			s.mu.Unlock()
+			return nil
+		}
+		// Sequence 0 after higher ones: the engine restarted and its
+		// blocks are gone.
+		clear = true
+		s.mu.Lock()
+		s.stats.Resets++
+		s.stats.HighestSeq = 0
+		s.mu.Unlock()
+		s.log.Info("zmq publisher restarted (sequence reset): clearing the worker", "last_seq", s.last)
+	} else if next := s.next(); seq > next {
+		if !replayed && s.spec.Replay != "" {
+			if err := s.replay(ctx, next); err != nil {
+				return err
+			}
+			if s.have && seq <= s.last {
+				s.mu.Lock()
+				s.stats.Duplicates++
+				s.mu.Unlock()
+				return nil
+			}
+			next = s.next()
+		}
+		if seq > next {
+			clear = true
+			s.fail(ReasonGap, fmt.Errorf("batches %d to %d lost: clearing the worker", next, seq-1))
+		}
+	}
+
+	b, err := s.dec.Decode(payload, s.spec.WorkerID)
+	if err != nil {
+		// The batch's effect is unknown: forget the worker, move past it.
+		s.fail(ReasonDecode, fmt.Errorf("batch %d: %w (clearing the worker)", seq, err))
+		return s.append(ctx, s.clearEvents(nil), seq, true)
+	}
+	if b.Unknown > 0 {
+		s.fail(ReasonUnknown, fmt.Errorf("batch %d: %d events of an unknown class skipped", seq, b.Unknown))
+	}
+	events := b.Events
+	if clear {
+		events = append(s.clearEvents(&b.DPRank), b.Events...)
+	}
+	s.ranks[b.DPRank] = struct{}{}
+	for i := range events {
+		if events[i].EventID == 0 {
+			events[i].EventID = seq
+		}
+	}
+	return s.append(ctx, events, seq, clear)
+}
+
+// clearEvents returns the events that forget this source's worker: a
+// Cleared event for every DP rank seen (plus rank, if given), or, when no
+// rank is known, a WorkerRemoved event for the worker id.
+func (s *ZMQSource) clearEvents(rank *uint32) []engine.Event {
+	ranks := make([]uint32, 0, len(s.ranks)+1)
+	for r := range s.ranks {
+		ranks = append(ranks, r)
+	}
+	if rank != nil {
+		if _, ok := s.ranks[*rank]; !ok {
+			ranks = append(ranks, *rank)
+		}
+	}
+	if len(ranks) == 0 {
+		return []engine.Event{{Worker: engine.WorkerKey{WorkerID: s.spec.WorkerID}, Kind: engine.KindWorkerRemoved}}
+	}
+	slices.Sort(ranks)
+	evs := make([]engine.Event, len(ranks))
+	for i, r := range ranks {
+		evs[i] = engine.Event{Worker: engine.WorkerKey{WorkerID: s.spec.WorkerID, DPRank: r}, Kind: engine.KindCleared}
+	}
+	return evs
+}
+
+// append appends events with the position seq, retrying with backoff while
+// the store refuses (overloaded, fenced), until ctx ends.
+func (s *ZMQSource) append(ctx context.Context, events []engine.Event, seq uint64, cleared bool) error {
+	positions := []wal.Position{{Source: s.name, Seq: seq}}
+	backoff := s.opts.MinBackoff
+	for {
+		_, results, err := s.store.Append(ctx, events, positions)
+		if err == nil {
+			rejected := 0
+			for _, r := range results {
+				if r != nil {
+					rejected++
+				}
+			}
+			s.last, s.have = seq, true
+			s.mu.Lock()
+			st := &s.stats
+			st.HasSeq, st.LastSeq = true, seq
+			st.HighestSeq = max(st.HighestSeq, seq)
+			st.LastBatch = time.Now()
+			st.Batches++
+			st.Events += uint64(len(events))
+			st.Rejected += uint64(rejected)
+			if cleared {
+				st.Clears++
+			}
+			s.mu.Unlock()
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		s.fail(ReasonAppend, fmt.Errorf("batch %d: %w (retrying)", seq, err))
+		sleepCtx(ctx, backoff)
+		backoff = min(2*backoff, s.opts.MaxBackoff)
+	}
+}
+
+// replay asks the replay endpoint for every batch from start on and
+// delivers them in order until the end marker (sequence -1). A replay that
+// fails is counted and given up (later gaps ask again); it returns an error
+// only when ctx ends.
+func (s *ZMQSource) replay(ctx context.Context, start uint64) error {
+	s.mu.Lock()
+	s.stats.Replays++
+	s.mu.Unlock()
+	s.log.Info("zmq replay requested", "replay", s.spec.Replay, "from_seq", start)
+	dctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	dealer := zmq4.NewDealer(dctx, s.socketOptions()...)
+	defer dealer.Close()
+	if err := dealer.Dial(s.spec.Replay); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		s.fail(ReasonReplay, fmt.Errorf("replay from %d: %w", start, err))
+		return nil
+	}
+	var req [8]byte
+	binary.BigEndian.PutUint64(req[:], start)
+	if err := dealer.SendMulti(zmq4.NewMsgFrom([]byte{}, req[:])); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		s.fail(ReasonReplay, fmt.Errorf("replay from %d: send: %w", start, err))
+		return nil
+	}
+	type reply struct {
+		frames [][]byte
+		err    error
+	}
+	replies := make(chan reply, 16)
+	go func() {
+		for {
+			m, err := dealer.Recv()
+			select {
+			case replies <- reply{m.Frames, err}:
+			case <-dctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	timer := time.NewTimer(s.opts.ReplayTimeout)
+	defer timer.Stop()
+	n := 0
+	for {
+		var r reply
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-timer.C:
+			s.fail(ReasonReplay, fmt.Errorf("replay from %d: no reply for %v after %d batches", start, s.opts.ReplayTimeout, n))
+			return nil
+		case r = <-replies:
+		}
+		if r.err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			s.fail(ReasonReplay, fmt.Errorf("replay from %d: %w", start, r.err))
+			return nil
+		}
+		seq, payload, err := parseReplay(r.frames)
+		if err != nil {
+			s.fail(ReasonReplay, fmt.Errorf("replay from %d: %w", start, err))
+			return nil
+		}
+		if seq == math.MaxUint64 {
+			s.log.Info("zmq replay done", "from_seq", start, "batches", n)
+			return nil
+		}
+		n++
+		if err := s.deliver(ctx, seq, payload, true); err != nil {
+			return err
+		}
+		timer.Reset(s.opts.ReplayTimeout)
+	}
+}
+
+// parseReplay reads a replay reply: ["", seq, payload] (older engines) or
+// ["", topic, seq, payload] (newer ones), the leading empty delimiter
+// optional; seq -1 (all ones) ends the replay.
+func parseReplay(frames [][]byte) (seq uint64, payload []byte, err error) {
+	if len(frames) > 0 && len(frames[0]) == 0 {
+		frames = frames[1:]
+	}
+	var seqFrame []byte
+	switch len(frames) {
+	case 1:
+		seqFrame = frames[0]
+	case 2:
+		seqFrame, payload = frames[0], frames[1]
+	case 3:
+		seqFrame, payload = frames[1], frames[2]
+	default:
+		return 0, nil, fmt.Errorf("reply of %d frames", len(frames))
+	}
+	if len(seqFrame) != 8 {
+		return 0, nil, fmt.Errorf("reply sequence frame of %d bytes, want 8", len(seqFrame))
+	}
+	seq = binary.BigEndian.Uint64(seqFrame)
+	if seq != math.MaxUint64 && len(frames) == 1 {
+		return 0, nil, errors.New("reply without a payload")
+	}
+	return seq, payload, nil
+}
+
+// rateLimiter lets one log line per reason through per interval and counts
+// the others.
+type rateLimiter struct {
+	interval time.Duration
+	mu       sync.Mutex
+	last     map[string]time.Time
+	dropped  map[string]int
+}
+
+func (r *rateLimiter) allow(reason string, now time.Time) (bool, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.last == nil {
+		r.last, r.dropped = map[string]time.Time{}, map[string]int{}
+	}
+	if t, ok := r.last[reason]; ok && now.Sub(t) < r.interval {
+		r.dropped[reason]++
+		return false, 0
+	}
+	n := r.dropped[reason]
+	r.last[reason], r.dropped[reason] = now, 0
+	return true, n
+}
