@@ -22,12 +22,14 @@ func (s revSlot) mixed() uint64 { return uint64(s.hi)<<32 | uint64(s.lo) }
 func slotHome(hi uint32, size int) int { return home(hi, size) }
 
 // find returns the slot holding key, or -1 and the slot where key belongs.
-func (t *revTable) find(key uint64) (at, stop int) {
+func (t *revTable) find(key uint64) (at, stop int) { return t.findMixed(mix64(key)) }
+
+// findMixed is find for a key already mixed.
+func (t *revTable) findMixed(mk uint64) (at, stop int) {
 	size := len(t.slots)
 	if size == 0 {
 		return -1, -1
 	}
-	mk := mix64(key)
 	lo, hi := uint32(mk), uint32(mk>>32)
 	for i, d := slotHome(hi, size), 0; ; d++ {
 		s := &t.slots[i]
