@@ -100,8 +100,14 @@ func (ix *Index) store(ev *Event) error {
 		if i > 0 || linked {
 			parent = prevRef
 		}
-		old, held := w.rev.get(b.BlockHash)
-		if held {
+		// One probe of the reverse map serves both the lookup and the
+		// insert: nothing below changes the map before the slot is written
+		// (room for the insert is made first).
+		w.rev.reserve()
+		mk := mix64(b.BlockHash)
+		at, stop := w.rev.findMixed(mk)
+		if at >= 0 {
+			old := w.rev.slots[at].ref
 			if op := ix.placeOf(old); op.pos == p && op.th == b.TokensHash && op.seq == seq {
 				ix.counters.DuplicateStore++
 				prevRef, prevSeq = old, seq
@@ -116,7 +122,12 @@ func (ix *Index) store(ev *Event) error {
 			ix.holderBlocks++
 		}
 		ref := ix.addHolding(id, w, p, b.TokensHash, seq, hashes[i], parent)
-		w.rev.put(b.BlockHash, ref)
+		if at >= 0 {
+			w.rev.slots[at].ref = ref
+		} else {
+			w.rev.insertAt(stop, revSlot{lo: uint32(mk), hi: uint32(mk >> 32), ref: ref})
+			w.rev.n++
+		}
 		ix.counters.BlocksStored++
 		prevRef, prevSeq = ref, seq
 	}

@@ -55,19 +55,11 @@ func (t *revTable) get(key uint64) (uint32, bool) {
 	return 0, false
 }
 
-// put sets key's place ref, adding the key when new.
-func (t *revTable) put(key uint64, ref uint32) {
+// reserve makes room for one more key.
+func (t *revTable) reserve() {
 	if float64(t.n+1) > growLoad*float64(len(t.slots)) {
 		t.resize(grownCap(t.n + 1))
 	}
-	at, stop := t.find(key)
-	if at >= 0 {
-		t.slots[at].ref = ref
-		return
-	}
-	mk := mix64(key)
-	t.insertAt(stop, revSlot{lo: uint32(mk), hi: uint32(mk >> 32), ref: ref})
-	t.n++
 }
 
 func (t *revTable) insertAt(i int, s revSlot) {
