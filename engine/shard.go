@@ -413,16 +413,35 @@ func (s *shard) removeHolder(local uint32, wid uint32) (kids, parent uint32, ok 
 // deletePlace removes an empty place from the table, counts the entry gone
 // when no sibling place remains, and frees the place.
 func (s *shard) deletePlace(local uint32, p *place) {
+	// One scan of the probe run finds the place's slot and tells whether
+	// another place of its entry remains (siblings share the run).
 	fp := fingerprint(keyHash(p.pos, p.th))
-	i := home(fp, len(s.table))
-	for uint32(s.table[i]) != local {
-		if i++; i == len(s.table) {
+	size := len(s.table)
+	at, sibling := -1, false
+	for i, d := home(fp, size), 0; ; d++ {
+		slot := s.table[i]
+		if slot == 0 {
+			break
+		}
+		if sfp := uint32(slot >> 32); sfp == fp {
+			if uint32(slot) == local {
+				at = i
+			} else if q := s.place(uint32(slot)); q.pos == p.pos && q.th == p.th {
+				sibling = true
+			}
+		} else if probeDist(home(sfp, size), i, size) < d {
+			break
+		}
+		if i++; i == size {
 			i = 0
 		}
 	}
-	s.deleteSlot(i)
+	if at < 0 {
+		panic("kvidx engine: a live place is missing from its shard table")
+	}
+	s.deleteSlot(at)
 	s.places--
-	if _, sibling, _ := s.find(p.pos, p.th, p.seq, fp); !sibling {
+	if !sibling {
 		s.entries--
 	}
 	*p = place{parent: s.free, h: [2]holder{noHolder, noHolder}}
