@@ -13,6 +13,16 @@ var (
 	errDuplicate = errors.New("duplicate field")
 )
 
+// firstTime marks field as seen in an object, or fails if it was already:
+// a repeated known key is refused rather than silently taking one value.
+func firstTime(seen *bool, field string) error {
+	if *seen {
+		return inField(field, errDuplicate)
+	}
+	*seen = true
+	return nil
+}
+
 // Decoder decodes events one at a time, reusing its buffers: decoding a stream
 // through one Decoder allocates nothing per event once the buffers have grown
 // to the largest event. The zero Decoder is ready to use; it is not safe for
@@ -83,18 +93,16 @@ func decodeEvent(s *scanner, ev *engine.Event, blocks *[]engine.Block, hashes *[
 		}
 		switch string(key) {
 		case "worker_id":
-			if haveWorker {
-				return inField("worker_id", errDuplicate)
+			if err := firstTime(&haveWorker, "worker_id"); err != nil {
+				return err
 			}
-			haveWorker = true
 			if ev.Worker.WorkerID, err = s.uint(math.MaxUint64); err != nil {
 				return inField("worker_id", err)
 			}
 		case "event":
-			if haveEvent {
-				return inField("event", errDuplicate)
+			if err := firstTime(&haveEvent, "event"); err != nil {
+				return err
 			}
-			haveEvent = true
 			if isNull, err := s.null(); err != nil || isNull {
 				return inField("event", cmpErr(err, errNull))
 			}
@@ -141,28 +149,25 @@ func decodeInner(s *scanner, ev *engine.Event, blocks *[]engine.Block, hashes *[
 		}
 		switch string(key) {
 		case "event_id":
-			if haveID {
-				return inField("event_id", errDuplicate)
+			if err := firstTime(&haveID, "event_id"); err != nil {
+				return err
 			}
-			haveID = true
 			if ev.EventID, err = optUint(s, math.MaxUint64); err != nil {
 				return inField("event_id", err)
 			}
 		case "dp_rank":
-			if haveRank {
-				return inField("dp_rank", errDuplicate)
+			if err := firstTime(&haveRank, "dp_rank"); err != nil {
+				return err
 			}
-			haveRank = true
 			r, err := optUint(s, math.MaxUint32)
 			if err != nil {
 				return inField("dp_rank", err)
 			}
 			ev.Worker.DPRank = uint32(r)
 		case "data":
-			if haveData {
-				return inField("data", errDuplicate)
+			if err := firstTime(&haveData, "data"); err != nil {
+				return err
 			}
-			haveData = true
 			if err := decodeData(s, ev, blocks, hashes); err != nil {
 				return inField("data", err)
 			}
@@ -268,26 +273,23 @@ func decodeStored(s *scanner, ev *engine.Event, blocks *[]engine.Block) error {
 		}
 		switch string(key) {
 		case "parent_hash":
-			if haveParent {
-				return inField("parent_hash", errDuplicate)
+			if err := firstTime(&haveParent, "parent_hash"); err != nil {
+				return err
 			}
-			haveParent = true
 			if ev.ParentHash, ev.HasParent, err = nullableUint(s); err != nil {
 				return inField("parent_hash", err)
 			}
 		case "start_position":
-			if haveStart {
-				return inField("start_position", errDuplicate)
+			if err := firstTime(&haveStart, "start_position"); err != nil {
+				return err
 			}
-			haveStart = true
 			if ev.StartPosition, ev.HasStartPosition, err = nullableUint(s); err != nil {
 				return inField("start_position", err)
 			}
 		case "blocks":
-			if haveBlocks {
-				return inField("blocks", errDuplicate)
+			if err := firstTime(&haveBlocks, "blocks"); err != nil {
+				return err
 			}
-			haveBlocks = true
 			if err := decodeBlocks(s, blocks); err != nil {
 				return inField("blocks", err)
 			}
@@ -361,18 +363,16 @@ func decodeBlock(s *scanner, b *engine.Block) error {
 		}
 		switch string(key) {
 		case "block_hash":
-			if haveBlock {
-				return inField("block_hash", errDuplicate)
+			if err := firstTime(&haveBlock, "block_hash"); err != nil {
+				return err
 			}
-			haveBlock = true
 			if b.BlockHash, err = s.uint(math.MaxUint64); err != nil {
 				return inField("block_hash", err)
 			}
 		case "tokens_hash":
-			if haveTokens {
-				return inField("tokens_hash", errDuplicate)
+			if err := firstTime(&haveTokens, "tokens_hash"); err != nil {
+				return err
 			}
-			haveTokens = true
 			if b.TokensHash, err = s.uint(math.MaxUint64); err != nil {
 				return inField("tokens_hash", err)
 			}
@@ -410,10 +410,9 @@ func decodeRemoved(s *scanner, hashes *[]uint64) error {
 		}
 		switch string(key) {
 		case "block_hashes":
-			if haveHashes {
-				return inField("block_hashes", errDuplicate)
+			if err := firstTime(&haveHashes, "block_hashes"); err != nil {
+				return err
 			}
-			haveHashes = true
 			if *hashes, err = appendUints(s, *hashes, math.MaxUint64); err != nil {
 				return inField("block_hashes", err)
 			}

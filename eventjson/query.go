@@ -202,18 +202,16 @@ func decodeCandidate(s *scanner, w *engine.WorkerKey) error {
 		}
 		switch string(key) {
 		case "worker_id":
-			if haveWorker {
-				return inField("worker_id", errDuplicate)
+			if err := firstTime(&haveWorker, "worker_id"); err != nil {
+				return err
 			}
-			haveWorker = true
 			if w.WorkerID, err = s.uint(math.MaxUint64); err != nil {
 				return inField("worker_id", err)
 			}
 		case "dp_rank":
-			if haveRank {
-				return inField("dp_rank", errDuplicate)
+			if err := firstTime(&haveRank, "dp_rank"); err != nil {
+				return err
 			}
-			haveRank = true
 			r, err := optUint(s, math.MaxUint32)
 			if err != nil {
 				return inField("dp_rank", err)
