@@ -282,19 +282,6 @@ func (d *diffReport) comparePosition(pos uint32, a, b map[placeKey][]holderKey, 
 		}
 		return s
 	}
-	ta, tb := ths(a), ths(b)
-	for th := range ta {
-		if !tb[th] {
-			d.EntriesRemoved++
-			note("- entry  pos=%d tokens_hash=%d", pos, th)
-		}
-	}
-	for th := range tb {
-		if !ta[th] {
-			d.EntriesAdded++
-			note("+ entry  pos=%d tokens_hash=%d", pos, th)
-		}
-	}
 	holderSet := func(hs []holderKey) map[holderKey]bool {
 		s := make(map[holderKey]bool, len(hs))
 		for _, h := range hs {
@@ -302,34 +289,33 @@ func (d *diffReport) comparePosition(pos uint32, a, b map[placeKey][]holderKey, 
 		}
 		return s
 	}
-	for k, ha := range a {
-		hb, ok := b[k]
-		if !ok {
-			d.PlacesRemoved++
-			note("- place  pos=%d tokens_hash=%d seq=%d", pos, k.th, k.seq)
+	// oneWay counts (and lists, with sign) what from has and to lacks:
+	// called both ways, it gives removals and additions.
+	oneWay := func(from, to map[placeKey][]holderKey, sign string, entries, places, holderBlocks *int) {
+		tt := ths(to)
+		for th := range ths(from) {
+			if !tt[th] {
+				*entries++
+				note("%s entry  pos=%d tokens_hash=%d", sign, pos, th)
+			}
 		}
-		sb := holderSet(hb)
-		for _, h := range ha {
-			if !sb[h] {
-				d.HolderBlocksRemoved++
-				note("- holder pos=%d tokens_hash=%d seq=%d worker=%v block_hash=%d", pos, k.th, k.seq, h.w, h.bh)
+		for k, hs := range from {
+			other, ok := to[k]
+			if !ok {
+				*places++
+				note("%s place  pos=%d tokens_hash=%d seq=%d", sign, pos, k.th, k.seq)
+			}
+			set := holderSet(other)
+			for _, h := range hs {
+				if !set[h] {
+					*holderBlocks++
+					note("%s holder pos=%d tokens_hash=%d seq=%d worker=%v block_hash=%d", sign, pos, k.th, k.seq, h.w, h.bh)
+				}
 			}
 		}
 	}
-	for k, hb := range b {
-		ha, ok := a[k]
-		if !ok {
-			d.PlacesAdded++
-			note("+ place  pos=%d tokens_hash=%d seq=%d", pos, k.th, k.seq)
-		}
-		sa := holderSet(ha)
-		for _, h := range hb {
-			if !sa[h] {
-				d.HolderBlocksAdded++
-				note("+ holder pos=%d tokens_hash=%d seq=%d worker=%v block_hash=%d", pos, k.th, k.seq, h.w, h.bh)
-			}
-		}
-	}
+	oneWay(a, b, "-", &d.EntriesRemoved, &d.PlacesRemoved, &d.HolderBlocksRemoved)
+	oneWay(b, a, "+", &d.EntriesAdded, &d.PlacesAdded, &d.HolderBlocksAdded)
 	// Places within a position come in no particular order: sort the lines
 	// (entries, then places, then holders; removals first).
 	rank := func(s string) int {
