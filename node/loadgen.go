@@ -3,13 +3,11 @@ package node
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -31,15 +29,20 @@ type LoadReport struct {
 	Requests, Matches, EventPosts, Events, BlockOps, Rejected, Retries int
 	EventsPerSec, BlockOpsPerSec, MatchesPerSec                        float64
 	MatchP50, MatchP99, EventsP50, EventsP99                           time.Duration
+	// LagP50 and LagP99: from a request's match answer to its events'
+	// acknowledgement.
+	LagP50, LagP99 time.Duration
 }
 
 // String formats the report on a few lines.
 func (r LoadReport) String() string {
 	return fmt.Sprintf("concurrency %d, %v, %d requests (exhausted: %v)\n"+
 		"events:  %d in %d posts, %.0f events/s, %.0f block ops/s, post p50 %v p99 %v, %d rejected, %d overload retries\n"+
+		"         acknowledged after their match: p50 %v p99 %v\n"+
 		"matches: %d, %.0f/s, p50 %v p99 %v",
 		r.Concurrency, r.Elapsed.Round(time.Millisecond), r.Requests, r.Exhausted,
 		r.Events, r.EventPosts, r.EventsPerSec, r.BlockOpsPerSec, r.EventsP50, r.EventsP99, r.Rejected, r.Retries,
+		r.LagP50, r.LagP99,
 		r.Matches, r.MatchesPerSec, r.MatchP50, r.MatchP99)
 }
 
@@ -54,14 +57,22 @@ type loadRequest struct {
 // LoadGen drives the kvidx server at target (e.g. "http://127.0.0.1:8080")
 // with the workload of trace under cfg: it pre-generates every request's
 // (local hashes, events) with [workload.Generate], then replays them with
-// concurrency clients for at most duration, each request as POST /v1/match
-// with its local hashes followed by POST /v1/events with its events as
-// NDJSON. Client c owns the workers w with w % concurrency == c and sends
-// their requests in workload order, so each worker's events arrive in order.
-// The run ends when duration passes or the requests run out; ctx cancels it.
-// The server should start empty: replayed events assume the workload's
-// cache state. A 503 overload answer is retried after a short pause; any
-// other failure stops the run with an error naming the request.
+// concurrency clients for at most duration.
+//
+// Client c owns the workers w with w % concurrency == c and walks their
+// requests in workload order: POST /v1/match with the request's local
+// hashes, then its events go to the client's queue. The client's poster
+// sends everything queued as one POST /v1/events (NDJSON) as soon as its
+// previous post is acknowledged, the way a worker's event publisher batches
+// while the log syncs; so each worker's events arrive in order and trail
+// their matches by about one commit. The queue holds at most maxQueued
+// requests: a client whose events are not acknowledged stops matching.
+//
+// The run ends when duration passes or the requests run out (queued events
+// are still posted); ctx cancels it. The server should start empty: replayed
+// events assume the workload's cache state. A 503 overload answer is
+// retried after a short pause; any other failure stops the run with an
+// error naming the request.
 func LoadGen(ctx context.Context, target string, trace *workload.Trace, cfg workload.Config, concurrency int, duration time.Duration) (LoadReport, error) {
 	if concurrency < 1 {
 		return LoadReport{}, fmt.Errorf("loadgen: concurrency must be >= 1, got %d", concurrency)
@@ -69,10 +80,13 @@ func LoadGen(ctx context.Context, target string, trace *workload.Trace, cfg work
 	if duration <= 0 {
 		return LoadReport{}, fmt.Errorf("loadgen: duration must be positive, got %v", duration)
 	}
-	target = strings.TrimRight(target, "/")
+	addr, host, err := loadTarget(target)
+	if err != nil {
+		return LoadReport{}, fmt.Errorf("loadgen: %w", err)
+	}
 	perClient := make([][]loadRequest, concurrency)
 	var buf []byte
-	err := workload.Generate(ctx, trace, cfg, func(req workload.Request, events []engine.Event) error {
+	err = workload.Generate(ctx, trace, cfg, func(req workload.Request, events []engine.Event) error {
 		lr := loadRequest{nEvents: len(events), blockOps: workload.BlockOps(events)}
 		lr.match = appendMatchBody(nil, req.TokensHashes)
 		if len(events) > 0 {
@@ -91,15 +105,6 @@ func LoadGen(ctx context.Context, target string, trace *workload.Trace, cfg work
 		return LoadReport{}, fmt.Errorf("loadgen: generating the workload: %w", err)
 	}
 
-	client := &http.Client{Transport: &http.Transport{
-		MaxIdleConns:        concurrency,
-		MaxIdleConnsPerHost: concurrency,
-		MaxConnsPerHost:     concurrency,
-		IdleConnTimeout:     90 * time.Second,
-		DisableCompression:  true,
-	}}
-	defer client.CloseIdleConnections()
-
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	results := make([]clientResult, concurrency)
@@ -108,7 +113,7 @@ func LoadGen(ctx context.Context, target string, trace *workload.Trace, cfg work
 	stop := start.Add(duration)
 	for c := range concurrency {
 		wg.Go(func() {
-			results[c] = runClient(ctx, client, target, perClient[c], stop)
+			results[c] = runClient(ctx, addr, host, perClient[c], stop)
 			if results[c].err != nil {
 				cancel()
 			}
@@ -118,7 +123,7 @@ func LoadGen(ctx context.Context, target string, trace *workload.Trace, cfg work
 	elapsed := time.Since(start)
 
 	rep := LoadReport{Concurrency: concurrency, Elapsed: elapsed, Exhausted: true}
-	var matchLat, eventLat []time.Duration
+	var matchLat, eventLat, lag []time.Duration
 	var errs []error
 	for c, r := range results {
 		if r.err != nil && !errors.Is(r.err, context.Canceled) {
@@ -136,6 +141,7 @@ func LoadGen(ctx context.Context, target string, trace *workload.Trace, cfg work
 		}
 		matchLat = append(matchLat, r.matchLat...)
 		eventLat = append(eventLat, r.eventLat...)
+		lag = append(lag, r.lag...)
 	}
 	secs := elapsed.Seconds()
 	rep.EventsPerSec = float64(rep.Events) / secs
@@ -143,8 +149,16 @@ func LoadGen(ctx context.Context, target string, trace *workload.Trace, cfg work
 	rep.MatchesPerSec = float64(rep.Matches) / secs
 	rep.MatchP50, rep.MatchP99 = percentiles(matchLat)
 	rep.EventsP50, rep.EventsP99 = percentiles(eventLat)
+	rep.LagP50, rep.LagP99 = percentiles(lag)
 	return rep, errors.Join(errs...)
 }
+
+// maxQueued bounds the requests whose events a client holds unacknowledged,
+// and maxPostBytes one event post's body (well under the server's limit).
+const (
+	maxQueued    = 64
+	maxPostBytes = 1 << 20
+)
 
 func appendMatchBody(dst []byte, hashes []uint64) []byte {
 	dst = append(dst, `{"local_hashes":[`...)
@@ -159,84 +173,127 @@ func appendMatchBody(dst []byte, hashes []uint64) []byte {
 
 type clientResult struct {
 	requests, events, blockOps, rejected, retries int
-	matchLat, eventLat                            []time.Duration
+	matchLat, eventLat, lag                       []time.Duration
 	err                                           error
 }
 
-func runClient(ctx context.Context, client *http.Client, target string, reqs []loadRequest, stop time.Time) (res clientResult) {
-	var body bytes.Buffer
+// queued is one request whose events wait for the poster.
+type queued struct {
+	req int
+	at  time.Time // when its match was answered
+}
+
+// runClient matches reqs in order on one connection and posts their events
+// on another (see [LoadGen]).
+func runClient(ctx context.Context, addr, host string, reqs []loadRequest, stop time.Time) clientResult {
+	queue := make(chan queued, maxQueued)
+	var res clientResult
+	var posted clientResult
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		posted = postEvents(ctx, newLoadConn(addr, host), reqs, queue)
+	}()
+	res = matchRequests(ctx, newLoadConn(addr, host), reqs, queue, stop)
+	close(queue)
+	<-done
+	res.events, res.blockOps, res.rejected, res.retries = posted.events, posted.blockOps, posted.rejected, posted.retries
+	res.eventLat, res.lag = posted.eventLat, posted.lag
+	if res.err == nil {
+		res.err = posted.err
+	}
+	return res
+}
+
+func matchRequests(ctx context.Context, conn *loadConn, reqs []loadRequest, queue chan<- queued, stop time.Time) (res clientResult) {
+	defer conn.close()
 	for i, lr := range reqs {
 		if time.Now().After(stop) || ctx.Err() != nil {
 			return res
 		}
-		d, _, err := post(ctx, client, target+"/v1/match", lr.match, &body)
+		t0 := time.Now()
+		a, err := conn.post("/v1/match", lr.match)
+		if err == nil && a.status != http.StatusOK {
+			err = fmt.Errorf("status %d: %s", a.status, bytes.TrimSpace(a.body))
+		}
 		if err != nil {
 			res.err = fmt.Errorf("request %d: match: %w", i, err)
 			return res
 		}
-		res.matchLat = append(res.matchLat, d)
+		now := time.Now()
+		res.matchLat = append(res.matchLat, now.Sub(t0))
 		if lr.events != nil {
-			for {
-				d, retry, err := post(ctx, client, target+"/v1/events", lr.events, &body)
-				if err != nil {
-					res.err = fmt.Errorf("request %d: events: %w", i, err)
-					return res
-				}
-				if retry {
-					res.retries++
-					select {
-					case <-ctx.Done():
-						return res
-					case <-time.After(5 * time.Millisecond):
-					}
-					continue
-				}
-				res.eventLat = append(res.eventLat, d)
-				var ans struct {
-					Rejected []json.RawMessage `json:"rejected"`
-				}
-				if err := json.Unmarshal(body.Bytes(), &ans); err != nil {
-					res.err = fmt.Errorf("request %d: events answer %q: %w", i, body.Bytes(), err)
-					return res
-				}
-				res.rejected += len(ans.Rejected)
-				break
+			select {
+			case queue <- queued{req: i, at: now}:
+			case <-ctx.Done():
+				return res
 			}
-			res.events += lr.nEvents
-			res.blockOps += lr.blockOps
 		}
 		res.requests++
 	}
 	return res
 }
 
-// post sends one JSON body and reads the answer into body. retry is true
-// for a 503 with Retry-After (overload); other non-200 answers are errors.
-func post(ctx context.Context, client *http.Client, url string, payload []byte, body *bytes.Buffer) (d time.Duration, retry bool, err error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(payload))
-	if err != nil {
-		return 0, false, err
+// postEvents sends the queued requests' events until the queue closes,
+// each post carrying everything queued since the last one.
+func postEvents(ctx context.Context, conn *loadConn, reqs []loadRequest, queue <-chan queued) (res clientResult) {
+	defer conn.close()
+	var body []byte
+	batch := make([]queued, 0, maxQueued)
+	for {
+		q, ok := <-queue
+		if !ok {
+			return res
+		}
+		batch = append(batch[:0], q)
+		body = append(body[:0], reqs[q.req].events...)
+	drain:
+		for len(body) < maxPostBytes {
+			select {
+			case q, ok := <-queue:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, q)
+				body = append(body, reqs[q.req].events...)
+			default:
+				break drain
+			}
+		}
+		for {
+			if ctx.Err() != nil {
+				return res
+			}
+			t0 := time.Now()
+			a, err := conn.post("/v1/events", body)
+			if err == nil && a.status == http.StatusServiceUnavailable && a.retryAfter {
+				res.retries++
+				select {
+				case <-ctx.Done():
+					return res
+				case <-time.After(5 * time.Millisecond):
+				}
+				continue
+			}
+			if err == nil && a.status != http.StatusOK {
+				err = fmt.Errorf("status %d: %s", a.status, bytes.TrimSpace(a.body))
+			}
+			if err != nil {
+				res.err = fmt.Errorf("events of requests %d..%d: %w", batch[0].req, batch[len(batch)-1].req, err)
+				return res
+			}
+			now := time.Now()
+			res.eventLat = append(res.eventLat, now.Sub(t0))
+			res.rejected += bytes.Count(a.body, []byte(`{"index":`))
+			break
+		}
+		now := time.Now()
+		for _, q := range batch {
+			res.lag = append(res.lag, now.Sub(q.at))
+			res.events += reqs[q.req].nEvents
+			res.blockOps += reqs[q.req].blockOps
+		}
 	}
-	req.Header.Set("Content-Type", "application/json")
-	start := time.Now()
-	resp, err := client.Do(req)
-	if err != nil {
-		return 0, false, err
-	}
-	body.Reset()
-	_, err = body.ReadFrom(resp.Body)
-	resp.Body.Close()
-	d = time.Since(start)
-	if err != nil {
-		return 0, false, fmt.Errorf("reading the answer: %w", err)
-	}
-	switch {
-	case resp.StatusCode == http.StatusOK:
-		return d, false, nil
-	case resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "":
-		return d, true, nil
-	}
-	return 0, false, fmt.Errorf("status %d: %s", resp.StatusCode, bytes.TrimSpace(body.Bytes()))
 }
 
 func percentiles(ds []time.Duration) (p50, p99 time.Duration) {

@@ -25,11 +25,22 @@ func newLoadgenCmd() *cobra.Command {
 		Short: "Drive a running kvidx serve with the Mooncake workload over HTTP",
 		Long: `Loadgen pre-generates the Mooncake workload (the same fleet simulation as
 kvidx bench: --workers LRU caches of --capacity blocks, each trace record
-repeated --duplicate times), then replays it against --target: for each
-request a POST /v1/match with its local hashes, then a POST /v1/events with
-the events its worker emitted. --concurrency clients share the workers (each
-worker's events stay in order) until the workload or --duration runs out.
-It reports events/s, block ops/s and match latency percentiles.
+repeated --duplicate times), then replays it against --target with
+--concurrency clients that share the workers, until the workload or
+--duration runs out.
+
+Each client walks its workers' requests in order: a POST /v1/match with the
+request's local hashes, then the request's events join the client's queue.
+A second connection per client posts everything queued as one POST
+/v1/events as soon as its previous post is acknowledged (as a worker's event
+publisher batches while the log syncs), so each worker's events stay in
+order and trail their matches by about one commit; a client with 64
+requests' events unacknowledged waits before matching more.
+
+It reports events/s, block ops/s, match latency percentiles, event-post
+latency and how long events trailed their match. The client is a minimal
+keep-alive HTTP/1.1 client (plain http:// only), so that most of the CPU
+the two share goes to the server being measured.
 
 The target must start empty of these workers (e.g. a fresh data directory),
 or events will be rejected.`,

@@ -1,0 +1,194 @@
+package node
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+// loadConn is the load generator's HTTP/1.1 client: one keep-alive
+// connection that sends a POST and reads its answer, nothing else.
+//
+// Why not net/http's client: the load generator shares the machine's cores
+// with the server it measures, and net/http's client spends more CPU per
+// request (goroutines per connection, header maps, allocations) than the
+// server's own handlers. Like wrk, loadgen keeps its own cost small so the
+// figures describe the server. It understands exactly what kvidx serve
+// answers: a status line, headers with Content-Length, a body.
+type loadConn struct {
+	addr, host string
+	conn       net.Conn
+	r          *bufio.Reader
+	req        []byte
+	body       []byte // the last answer's body, reused
+}
+
+// loadTarget checks a base URL ("http://host:port") and returns the address
+// to dial and the Host header.
+func loadTarget(target string) (addr, host string, err error) {
+	u, err := url.Parse(target)
+	if err != nil {
+		return "", "", fmt.Errorf("target %q: %w", target, err)
+	}
+	if u.Scheme != "http" {
+		return "", "", fmt.Errorf("target %q: loadgen speaks plain HTTP (http://host:port), not %q", target, u.Scheme)
+	}
+	if u.Path != "" && u.Path != "/" {
+		return "", "", fmt.Errorf("target %q: give the server's base URL, without a path", target)
+	}
+	addr = u.Host
+	if u.Port() == "" {
+		addr = net.JoinHostPort(u.Hostname(), "80")
+	}
+	return addr, u.Host, nil
+}
+
+func newLoadConn(addr, host string) *loadConn {
+	return &loadConn{addr: addr, host: host}
+}
+
+// answer is what the server said to one POST.
+type answer struct {
+	status     int
+	retryAfter bool   // a Retry-After header came with it
+	body       []byte // valid until the next post on the connection
+}
+
+// post sends body to path and reads the answer. Any I/O or protocol error
+// closes the connection (the next post dials again) and is returned: a POST
+// is not retried, as the server may have acted on it.
+func (c *loadConn) post(path string, body []byte) (answer, error) {
+	if c.conn == nil {
+		conn, err := net.DialTimeout("tcp", c.addr, 5*time.Second)
+		if err != nil {
+			return answer{}, err
+		}
+		c.conn = conn
+		if c.r == nil {
+			c.r = bufio.NewReaderSize(conn, 16<<10)
+		} else {
+			c.r.Reset(conn)
+		}
+	}
+	c.req = append(c.req[:0], "POST "...)
+	c.req = append(c.req, path...)
+	c.req = append(c.req, " HTTP/1.1\r\nHost: "...)
+	c.req = append(c.req, c.host...)
+	c.req = append(c.req, "\r\nContent-Type: application/json\r\nContent-Length: "...)
+	c.req = strconv.AppendInt(c.req, int64(len(body)), 10)
+	c.req = append(c.req, "\r\n\r\n"...)
+	// Small bodies go in the same write as the header; big ones are not
+	// copied.
+	var err error
+	if len(body) <= 4<<10 {
+		c.req = append(c.req, body...)
+		_, err = c.conn.Write(c.req)
+	} else {
+		bufs := net.Buffers{c.req, body}
+		_, err = bufs.WriteTo(c.conn)
+	}
+	if err != nil {
+		c.close()
+		return answer{}, err
+	}
+	a, keep, err := c.readAnswer()
+	if err != nil || !keep {
+		c.close()
+	}
+	if err != nil {
+		return answer{}, fmt.Errorf("reading the answer to POST %s: %w", path, err)
+	}
+	return a, nil
+}
+
+func (c *loadConn) readAnswer() (a answer, keep bool, err error) {
+	line, err := c.r.ReadSlice('\n')
+	if err != nil {
+		return a, false, err
+	}
+	// "HTTP/1.1 200 OK\r\n"
+	if len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.")) {
+		return a, false, fmt.Errorf("malformed status line %q", line)
+	}
+	a.status, err = strconv.Atoi(string(line[9:12]))
+	if err != nil {
+		return a, false, fmt.Errorf("malformed status line %q", line)
+	}
+	keep = true
+	length := -1
+	for {
+		line, err := c.r.ReadSlice('\n')
+		if err != nil {
+			return a, false, err
+		}
+		line = bytes.TrimRight(line, "\r\n")
+		if len(line) == 0 {
+			break
+		}
+		name, value, ok := bytes.Cut(line, []byte(":"))
+		if !ok {
+			return a, false, fmt.Errorf("malformed header %q", line)
+		}
+		value = bytes.TrimSpace(value)
+		switch {
+		case asciiEqualFold(name, "Content-Length"):
+			n, err := strconv.Atoi(string(value))
+			if err != nil || n < 0 {
+				return a, false, fmt.Errorf("malformed Content-Length %q", value)
+			}
+			length = n
+		case asciiEqualFold(name, "Transfer-Encoding"):
+			return a, false, fmt.Errorf("unsupported Transfer-Encoding %q", value)
+		case asciiEqualFold(name, "Retry-After"):
+			a.retryAfter = true
+		case asciiEqualFold(name, "Connection"):
+			if asciiEqualFold(value, "close") {
+				keep = false
+			}
+		}
+	}
+	if length < 0 {
+		return a, false, errors.New("answer without Content-Length")
+	}
+	if cap(c.body) < length {
+		c.body = make([]byte, length)
+	}
+	c.body = c.body[:length]
+	if _, err := io.ReadFull(c.r, c.body); err != nil {
+		return a, false, err
+	}
+	a.body = c.body
+	return a, keep, nil
+}
+
+func (c *loadConn) close() {
+	if c.conn != nil {
+		c.conn.Close()
+		c.conn = nil
+	}
+}
+
+func asciiEqualFold(b []byte, s string) bool {
+	if len(b) != len(s) {
+		return false
+	}
+	for i := range len(b) {
+		x, y := b[i], s[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
