@@ -31,7 +31,7 @@ type placesScratch struct {
 
 type span struct {
 	pos     uint32
-	parent  int32 // dense number of the parent slot, or -1
+	parent  int32 // dense number of the parent slot, or -1; then its ordinal, or 0
 	th, seq uint64
 }
 
@@ -238,21 +238,28 @@ func (f *Frozen) Places(yield func(*PlaceRecord) bool) {
 			}
 		}
 	}
+	// Resolve parent links to ordinals in a pass of their own: its random
+	// reads overlap one another here, which they would not between yields.
+	// A link goes stale when its parent is freed and the slot reused; those
+	// that skip a position are dropped here, and the loader checks that the
+	// rest chain to their child.
+	for o := range spans {
+		s := &spans[o]
+		pid := int32(0)
+		if s.parent >= 0 {
+			if p := ord[s.parent]; p != 0 && p <= int32(o) && spans[p-1].pos+1 == s.pos {
+				pid = p
+			}
+		}
+		s.parent = pid
+	}
 	var rec PlaceRecord
 	rec.Holders = sc.holders[:0]
 	bhs := sc.bhs[:0]
 	defer func() { sc.holders, sc.bhs = rec.Holders[:0], bhs[:0] }()
 	for o, s := range spans {
 		hs := holds[start[o]:start[o+1]]
-		rec = PlaceRecord{ID: uint32(o + 1), Position: s.pos, TokensHash: s.th, Seq: s.seq, Holders: rec.Holders[:0]}
-		if s.parent >= 0 {
-			// A link goes stale when its parent is freed and the slot reused;
-			// those that skip a position are dropped here, and the loader
-			// checks that the rest chain to this place.
-			if pid := uint32(ord[s.parent]); pid != 0 && pid < rec.ID && spans[pid-1].pos+1 == s.pos {
-				rec.Parent = pid
-			}
-		}
+		rec = PlaceRecord{ID: uint32(o + 1), Parent: uint32(s.parent), Position: s.pos, TokensHash: s.th, Seq: s.seq, Holders: rec.Holders[:0]}
 		bhs = bhs[:0]
 		for _, h := range hs {
 			bhs = append(bhs, h.bh)

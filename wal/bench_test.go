@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -60,6 +62,13 @@ func BenchmarkAppend(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			o := quietOpts()
 			o.MaxPending = 1 << 16
+			if v := os.Getenv("KVIDX_BENCH_SEGMENT"); v != "" {
+				n, err := strconv.Atoi(v)
+				if err != nil {
+					b.Fatalf("KVIDX_BENCH_SEGMENT=%q: %v", v, err)
+				}
+				o.SegmentSize = n
+			}
 			l, err := Open(b.TempDir(), o)
 			if err != nil {
 				b.Fatal(err)
@@ -126,6 +135,7 @@ func BenchmarkAppend(b *testing.B) {
 			b.ReportMetric(float64(st.Syncs)/elapsed, "fsyncs/s")
 			b.ReportMetric(pct(0.50), "p50_us")
 			b.ReportMetric(pct(0.99), "p99_us")
+			b.ReportMetric(pct(0.999), "p99.9_us")
 			if stored > 0 {
 				b.ReportMetric(float64(st.Bytes)/float64(stored), "bytes/stored_block")
 			}
