@@ -202,7 +202,7 @@ func TestLoadGen(t *testing.T) {
 	tr := embeddedTrace(t)
 	tr.Records = tr.Records[:300]
 	cfg := workload.Config{Workers: 8, Capacity: 256, Duplicate: 1}
-	rep, err := LoadGen(context.Background(), e.ts.URL, tr, cfg, 4, 30*time.Second)
+	rep, err := LoadGen(context.Background(), e.ts.URL, tr, cfg, 4, 30*time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

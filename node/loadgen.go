@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvidx/kvidx/engine"
@@ -72,8 +74,9 @@ type loadRequest struct {
 // are still posted); ctx cancels it. The server should start empty: replayed
 // events assume the workload's cache state. A 503 overload answer is
 // retried after a short pause; any other failure stops the run with an
-// error naming the request.
-func LoadGen(ctx context.Context, target string, trace *workload.Trace, cfg workload.Config, concurrency int, duration time.Duration) (LoadReport, error) {
+// error naming the request. progress, if not nil, is called once a second
+// during generation and the run, with requests matched of those generated.
+func LoadGen(ctx context.Context, target string, trace *workload.Trace, cfg workload.Config, concurrency int, duration time.Duration, progress workload.ProgressFunc) (LoadReport, error) {
 	if concurrency < 1 {
 		return LoadReport{}, fmt.Errorf("loadgen: concurrency must be >= 1, got %d", concurrency)
 	}
@@ -84,7 +87,14 @@ func LoadGen(ctx context.Context, target string, trace *workload.Trace, cfg work
 	if err != nil {
 		return LoadReport{}, fmt.Errorf("loadgen: %w", err)
 	}
+	// Fail before generating the workload when nothing listens there.
+	probe, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return LoadReport{}, fmt.Errorf("loadgen: no server at %s: %w", target, err)
+	}
+	probe.Close()
 	perClient := make([][]loadRequest, concurrency)
+	total := 0
 	var buf []byte
 	err = workload.Generate(ctx, trace, cfg, func(req workload.Request, events []engine.Event) error {
 		lr := loadRequest{nEvents: len(events), blockOps: workload.BlockOps(events)}
@@ -99,6 +109,7 @@ func LoadGen(ctx context.Context, target string, trace *workload.Trace, cfg work
 		}
 		c := int(req.Worker.WorkerID % uint64(concurrency))
 		perClient[c] = append(perClient[c], lr)
+		total++
 		return nil
 	})
 	if err != nil {
@@ -109,15 +120,31 @@ func LoadGen(ctx context.Context, target string, trace *workload.Trace, cfg work
 	defer cancel()
 	results := make([]clientResult, concurrency)
 	var wg sync.WaitGroup
+	var matched atomic.Int64
 	start := time.Now()
 	stop := start.Add(duration)
 	for c := range concurrency {
 		wg.Go(func() {
-			results[c] = runClient(ctx, addr, host, perClient[c], stop)
+			results[c] = runClient(ctx, addr, host, perClient[c], stop, &matched)
 			if results[c].err != nil {
 				cancel()
 			}
 		})
+	}
+	if progress != nil {
+		finished := make(chan struct{})
+		go func() { wg.Wait(); close(finished) }()
+		tick := time.NewTicker(time.Second)
+	wait:
+		for {
+			select {
+			case <-finished:
+				break wait
+			case <-tick.C:
+				progress(int(matched.Load()), total, time.Since(start))
+			}
+		}
+		tick.Stop()
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
@@ -150,7 +177,14 @@ func LoadGen(ctx context.Context, target string, trace *workload.Trace, cfg work
 	rep.MatchP50, rep.MatchP99 = percentiles(matchLat)
 	rep.EventsP50, rep.EventsP99 = percentiles(eventLat)
 	rep.LagP50, rep.LagP99 = percentiles(lag)
-	return rep, errors.Join(errs...)
+	switch len(errs) {
+	case 0:
+		return rep, nil
+	case 1:
+		return rep, errs[0]
+	}
+	// Clients usually fail alike (the server went away): one is enough.
+	return rep, fmt.Errorf("%w (and %d more clients failed)", errs[0], len(errs)-1)
 }
 
 // maxQueued bounds the requests whose events a client holds unacknowledged,
@@ -185,7 +219,7 @@ type queued struct {
 
 // runClient matches reqs in order on one connection and posts their events
 // on another (see [LoadGen]).
-func runClient(ctx context.Context, addr, host string, reqs []loadRequest, stop time.Time) clientResult {
+func runClient(ctx context.Context, addr, host string, reqs []loadRequest, stop time.Time, matched *atomic.Int64) clientResult {
 	queue := make(chan queued, maxQueued)
 	var res clientResult
 	var posted clientResult
@@ -194,7 +228,7 @@ func runClient(ctx context.Context, addr, host string, reqs []loadRequest, stop 
 		defer close(done)
 		posted = postEvents(ctx, newLoadConn(addr, host), reqs, queue)
 	}()
-	res = matchRequests(ctx, newLoadConn(addr, host), reqs, queue, stop)
+	res = matchRequests(ctx, newLoadConn(addr, host), reqs, queue, stop, matched)
 	close(queue)
 	<-done
 	res.events, res.blockOps, res.rejected, res.retries = posted.events, posted.blockOps, posted.rejected, posted.retries
@@ -205,7 +239,7 @@ func runClient(ctx context.Context, addr, host string, reqs []loadRequest, stop 
 	return res
 }
 
-func matchRequests(ctx context.Context, conn *loadConn, reqs []loadRequest, queue chan<- queued, stop time.Time) (res clientResult) {
+func matchRequests(ctx context.Context, conn *loadConn, reqs []loadRequest, queue chan<- queued, stop time.Time, matched *atomic.Int64) (res clientResult) {
 	defer conn.close()
 	for i, lr := range reqs {
 		if time.Now().After(stop) || ctx.Err() != nil {
@@ -230,6 +264,7 @@ func matchRequests(ctx context.Context, conn *loadConn, reqs []loadRequest, queu
 			}
 		}
 		res.requests++
+		matched.Add(1)
 	}
 	return res
 }

@@ -69,10 +69,10 @@ file may be plain JSON lines or gzipped.`,
 
 			stderr := cmd.ErrOrStderr()
 			tty := isTerminalWriter(stderr)
-			var pr *benchProgress
+			var pr *runProgress
 			var pf workload.ProgressFunc
 			if tty || progress {
-				pr = &benchProgress{w: stderr, tty: tty}
+				pr = &runProgress{name: "bench", w: stderr, tty: tty}
 				pf = pr.print
 			}
 			rep, err := workload.Bench(ctx, tr, cfg, pf)
@@ -148,20 +148,21 @@ func isTerminalWriter(w io.Writer) bool {
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
-// benchProgress prints bench progress: rewriting one line on a terminal,
-// one line per update otherwise.
-type benchProgress struct {
+// runProgress prints a run's progress (bench, loadgen): rewriting one line
+// on a terminal, one line per update otherwise.
+type runProgress struct {
+	name    string // the command, first on the line
 	w       io.Writer
 	tty     bool
 	printed bool
 }
 
-func (p *benchProgress) print(done, total int, elapsed time.Duration) {
+func (p *runProgress) print(done, total int, elapsed time.Duration) {
 	pct := 0.0
 	if total > 0 {
 		pct = float64(done) / float64(total) * 100
 	}
-	line := fmt.Sprintf("bench: %d/%d requests (%.0f%%), %s", done, total, pct, elapsed.Round(time.Second))
+	line := fmt.Sprintf("%s: %d/%d requests (%.0f%%), %s", p.name, done, total, pct, elapsed.Round(time.Second))
 	if p.tty {
 		fmt.Fprintf(p.w, "\r\033[K%s", line)
 	} else {
@@ -171,7 +172,7 @@ func (p *benchProgress) print(done, total int, elapsed time.Duration) {
 }
 
 // done ends a terminal progress line. p may be nil.
-func (p *benchProgress) done() {
+func (p *runProgress) done() {
 	if p != nil && p.tty && p.printed {
 		fmt.Fprint(p.w, "\r\033[K")
 	}

@@ -19,6 +19,7 @@ func newLoadgenCmd() *cobra.Command {
 		concurrency int
 		duration    time.Duration
 		asJSON      bool
+		progress    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "loadgen",
@@ -55,7 +56,16 @@ or events will be rejected.`,
 			if err != nil {
 				return fmt.Errorf("loadgen: %w", err)
 			}
-			rep, err := node.LoadGen(cmd.Context(), target, tr, cfg, concurrency, duration)
+			stderr := cmd.ErrOrStderr()
+			tty := isTerminalWriter(stderr)
+			var pr *runProgress
+			var pf workload.ProgressFunc
+			if tty || progress {
+				pr = &runProgress{name: "loadgen", w: stderr, tty: tty}
+				pf = pr.print
+			}
+			rep, err := node.LoadGen(cmd.Context(), target, tr, cfg, concurrency, duration, pf)
+			pr.done()
 			if err != nil {
 				return err
 			}
@@ -80,5 +90,6 @@ or events will be rejected.`,
 	f.IntVar(&concurrency, "concurrency", 16, "concurrent HTTP clients")
 	f.DurationVar(&duration, "duration", 30*time.Second, "longest run")
 	f.BoolVar(&asJSON, "json", false, "print the report as one JSON object")
+	f.BoolVar(&progress, "progress", false, "print progress on stderr even when it is not a terminal")
 	return cmd
 }
