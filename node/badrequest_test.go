@@ -8,8 +8,19 @@ import (
 	"testing"
 )
 
+// TestBadRequestsChangeNothing runs under both front-ends: the fasthttp one
+// Run serves with and Server as a plain http.Handler.
 func TestBadRequestsChangeNothing(t *testing.T) {
-	e := newEnv(t, Config{MaxBodyBytes: 1024})
+	for _, front := range []struct {
+		name  string
+		serve func(testing.TB, *Server) string
+	}{{"fasthttp", serveFront}, {"net_http", serveNetHTTP}} {
+		t.Run(front.name, func(t *testing.T) { testBadRequests(t, front.serve) })
+	}
+}
+
+func testBadRequests(t *testing.T, serve func(testing.TB, *Server) string) {
+	e := newEnvWith(t, Config{MaxBodyBytes: 1024}, serve)
 	e.do(t, "POST", "/v1/events", stored(0, 1, "null", 1, 2, 3)).want(t, 200)
 
 	big := strings.Repeat(stored(0, 9, "null", 7)+"\n", 40) // > 1 KiB
@@ -45,6 +56,7 @@ func TestBadRequestsChangeNothing(t *testing.T) {
 		{"wrong method workers", "POST", "/v1/workers", "", false, 405, "not allowed"},
 		{"wrong method worker", "GET", "/v1/workers/0", "", false, 405, "not allowed"},
 		{"unknown path", "GET", "/v2/nothing", "", false, 404, "no such path"},
+		{"unknown path, hot method", "POST", "/v1/matches", `{"local_hashes":[1]}`, false, 404, "no such path"},
 		{"unknown worker", "DELETE", "/v1/workers/42", "", false, 404, "worker 42"},
 		{"bad worker id", "DELETE", "/v1/workers/-1", "", false, 400, "worker id"},
 		{"huge worker id", "DELETE", "/v1/workers/18446744073709551616", "", false, 400, "worker id"},
@@ -57,7 +69,7 @@ func TestBadRequestsChangeNothing(t *testing.T) {
 			if c.chunked {
 				rd = io.MultiReader(strings.NewReader(c.body)) // unknown length: chunked
 			}
-			req, err := http.NewRequest(c.method, e.ts.URL+c.path, rd)
+			req, err := http.NewRequest(c.method, e.url+c.path, rd)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -29,9 +29,10 @@ type Config struct {
 	// ShutdownTimeout bounds the wait for in-flight requests at shutdown;
 	// default 30s.
 	ShutdownTimeout time.Duration
-	// ReadHeaderTimeout, ReadTimeout, WriteTimeout and IdleTimeout configure
-	// the http.Server; defaults 10s, 60s, 60s, 120s.
-	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	// ReadTimeout (a whole request, header and body), WriteTimeout and
+	// IdleTimeout (a keep-alive connection between requests) bound the
+	// HTTP server's connections; defaults 60s, 60s, 120s.
+	ReadTimeout, WriteTimeout, IdleTimeout time.Duration
 	// Logger receives the server's logs; default slog.Default().
 	Logger *slog.Logger
 }
@@ -46,7 +47,6 @@ func DefaultConfig() Config {
 		SnapshotRetry:       30 * time.Second,
 		FinalSnapshot:       true,
 		ShutdownTimeout:     30 * time.Second,
-		ReadHeaderTimeout:   10 * time.Second,
 		ReadTimeout:         60 * time.Second,
 		WriteTimeout:        60 * time.Second,
 		IdleTimeout:         120 * time.Second,
@@ -59,7 +59,6 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.DefaultBlockSize, d.DefaultBlockSize)
 	setDefault(&c.SnapshotRetry, d.SnapshotRetry)
 	setDefault(&c.ShutdownTimeout, d.ShutdownTimeout)
-	setDefault(&c.ReadHeaderTimeout, d.ReadHeaderTimeout)
 	setDefault(&c.ReadTimeout, d.ReadTimeout)
 	setDefault(&c.WriteTimeout, d.WriteTimeout)
 	setDefault(&c.IdleTimeout, d.IdleTimeout)

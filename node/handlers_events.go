@@ -13,33 +13,38 @@ import (
 	"github.com/kvidx/kvidx/wal"
 )
 
-// handleEvents serves POST /v1/events: decode the whole body (NDJSON or a
-// JSON array), append it as one batch, answer once durable and applied.
+// handleEvents serves POST /v1/events through net/http.
 func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
-	st := s.writableStore(w)
-	if st == nil {
-		return
-	}
 	buf, ok := s.readBody(w, r)
 	if !ok {
 		return
 	}
-	events, err := eventjson.DecodeBatch(buf.Bytes())
-	s.putBuf(buf) // events do not reference the body
+	rep := s.ingest(r.Context(), buf.Bytes())
+	s.putBuf(buf)
+	rep.write(w)
+}
+
+// ingest answers POST /v1/events: decode the whole body (NDJSON or a JSON
+// array), append it as one batch, answer once durable and applied. The
+// events do not reference body.
+func (s *Server) ingest(ctx context.Context, body []byte) reply {
+	st, rep := s.writableStore()
+	if rep != nil {
+		return *rep
+	}
+	events, err := eventjson.DecodeBatch(body)
 	if err != nil {
 		if errors.Is(err, eventjson.ErrNoEvents) {
-			writeError(w, http.StatusBadRequest, "request body holds no events")
-			return
+			return errorReply(http.StatusBadRequest, "request body holds no events")
 		}
-		writeError(w, http.StatusBadRequest, "decoding events: "+err.Error())
-		return
+		return errorReply(http.StatusBadRequest, "decoding events: "+err.Error())
 	}
-	index, results, ok := s.appendEvents(r.Context(), w, st, events)
-	if !ok {
-		return
+	index, results, rep := s.appendEvents(ctx, st, events)
+	if rep != nil {
+		return *rep
 	}
-	body := make([]byte, 0, 64)
-	body = append(body, `{"accepted":`...)
+	out := make([]byte, 0, 64)
+	out = append(out, `{"accepted":`...)
 	accepted := len(events)
 	rejected := make([]byte, 0, 32)
 	for i, err := range results {
@@ -61,61 +66,60 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 		rejected = append(rejected, q...)
 		rejected = append(rejected, '}')
 	}
-	body = strconv.AppendInt(body, int64(accepted), 10)
-	body = append(body, `,"wal_index":`...)
-	body = strconv.AppendUint(body, index, 10)
-	body = append(body, `,"rejected":[`...)
-	body = append(body, rejected...)
-	body = append(body, "]}\n"...)
-	writeJSON(w, http.StatusOK, body)
+	out = strconv.AppendInt(out, int64(accepted), 10)
+	out = append(out, `,"wal_index":`...)
+	out = strconv.AppendUint(out, index, 10)
+	out = append(out, `,"rejected":[`...)
+	out = append(out, rejected...)
+	out = append(out, "]}\n"...)
+	return reply{code: http.StatusOK, body: out}
 }
 
-// writableStore returns the store when ingest is allowed, or answers 503.
-func (s *Server) writableStore(w http.ResponseWriter) Store {
+// writableStore returns the store when ingest is allowed, or the 503 to
+// answer.
+func (s *Server) writableStore() (Store, *reply) {
+	var r reply
 	switch phase, reason := s.Status(); phase {
 	case Ready:
-		return s.currentStore()
+		return s.currentStore(), nil
 	case Fenced:
-		writeError(w, http.StatusServiceUnavailable, "ingest refused: the WAL is fenced until restart: "+reason)
+		r = errorReply(http.StatusServiceUnavailable, "ingest refused: the WAL is fenced until restart: "+reason)
 	default:
-		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, "not ready: "+reason)
+		r = retryReply("not ready: " + reason)
 	}
-	return nil
+	return nil, &r
 }
 
-// appendEvents appends events as one batch, answering the failure itself
-// (ok false): 503 with Retry-After on overload, 503 and fencing when the WAL
-// is fenced, 500 otherwise.
-func (s *Server) appendEvents(ctx context.Context, w http.ResponseWriter, st Store, events []engine.Event) (index uint64, results []error, ok bool) {
+// appendEvents appends events as one batch, or returns the failure to
+// answer: 503 with Retry-After on overload, 503 and fencing when the WAL is
+// fenced, 500 otherwise.
+func (s *Server) appendEvents(ctx context.Context, st Store, events []engine.Event) (index uint64, results []error, _ *reply) {
+	fail := func(r reply) (uint64, []error, *reply) { return 0, nil, &r }
 	index, results, err := st.Append(ctx, events, nil)
 	switch {
 	case err == nil:
 		if results != nil && len(results) != len(events) {
 			s.log.Error("store returned a result count unlike its event count", "events", len(events), "results", len(results))
-			writeError(w, http.StatusInternalServerError, fmt.Sprintf("store returned %d results for %d events", len(results), len(events)))
-			return 0, nil, false
+			return fail(errorReply(http.StatusInternalServerError, fmt.Sprintf("store returned %d results for %d events", len(results), len(events))))
 		}
 		s.snaps.appended(len(events))
 		if results == nil {
 			results = make([]error, len(events))
 		}
-		return index, results, true
+		return index, results, nil
 	case errors.Is(err, wal.ErrOverloaded):
-		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, "overloaded, retry later: "+err.Error())
+		return fail(retryReply("overloaded, retry later: " + err.Error()))
 	case errors.Is(err, wal.ErrFenced):
 		s.SetFenced(err)
-		writeError(w, http.StatusServiceUnavailable, "ingest refused: the WAL is fenced until restart: "+err.Error())
+		return fail(errorReply(http.StatusServiceUnavailable, "ingest refused: the WAL is fenced until restart: "+err.Error()))
 	case ctx.Err() != nil:
 		// The client is gone; whether the batch was logged is unknown to it.
 		s.log.Debug("append abandoned by the client", "events", len(events), "err", err)
-		writeError(w, http.StatusServiceUnavailable, "request cancelled: "+err.Error())
+		return fail(errorReply(http.StatusServiceUnavailable, "request cancelled: "+err.Error()))
 	default:
 		s.log.Error("append failed", "events", len(events), "err", err)
-		writeError(w, http.StatusInternalServerError, "append failed: "+err.Error())
+		return fail(errorReply(http.StatusInternalServerError, "append failed: "+err.Error()))
 	}
-	return 0, nil, false
 }
 
 // handleDeleteWorker serves DELETE /v1/workers/{worker_id}: log and apply a
@@ -127,8 +131,9 @@ func (s *Server) handleDeleteWorker(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("worker id %q: want an unsigned 64-bit integer", raw))
 		return
 	}
-	st := s.writableStore(w)
-	if st == nil {
+	st, rep := s.writableStore()
+	if rep != nil {
+		rep.write(w)
 		return
 	}
 	known, blocks := false, 0
@@ -143,8 +148,11 @@ func (s *Server) handleDeleteWorker(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ev := []engine.Event{{Worker: engine.WorkerKey{WorkerID: id}, Kind: engine.KindWorkerRemoved}}
-	index, results, ok := s.appendEvents(r.Context(), w, st, ev)
-	if !ok {
+	// Not cancelled with the request: under fasthttp its context ends when
+	// the server shuts down, and an in-flight removal should still finish.
+	index, results, rep := s.appendEvents(context.WithoutCancel(r.Context()), st, ev)
+	if rep != nil {
+		rep.write(w)
 		return
 	}
 	if results[0] != nil {

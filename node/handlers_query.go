@@ -7,27 +7,32 @@ import (
 	"github.com/kvidx/kvidx/eventjson"
 )
 
-// handleMatch serves POST /v1/match.
+// handleMatch serves POST /v1/match through net/http.
 func (s *Server) handleMatch(w http.ResponseWriter, r *http.Request) {
-	st := s.storeOr503(w)
-	if st == nil {
-		return
-	}
 	buf, ok := s.readBody(w, r)
 	if !ok {
 		return
 	}
-	q, err := s.decodeQuery(buf.Bytes())
+	rep := s.match(buf.Bytes())
 	s.putBuf(buf)
+	rep.write(w)
+}
+
+// match answers POST /v1/match.
+func (s *Server) match(body []byte) reply {
+	st, rep := s.readyStore()
+	if rep != nil {
+		return *rep
+	}
+	q, err := s.decodeQuery(body)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "decoding query: "+err.Error())
-		return
+		return errorReply(http.StatusBadRequest, "decoding query: "+err.Error())
 	}
 	start := time.Now()
 	scores := q.Match(st.Index())
 	s.metrics.ObserveMatch(time.Since(start))
-	body := eventjson.AppendResult(make([]byte, 0, 64+48*len(scores)), scores, len(q.LocalHashes))
-	writeJSON(w, http.StatusOK, append(body, '\n'))
+	out := eventjson.AppendResult(make([]byte, 0, 64+48*len(scores)), scores, len(q.LocalHashes))
+	return reply{code: http.StatusOK, body: append(out, '\n')}
 }
 
 // decodeQuery decodes a query; a token query without "block_size" takes

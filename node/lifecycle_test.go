@@ -38,7 +38,7 @@ func TestSnapshotEveryEvents(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go srv.snaps.loop(ctx)
-	e := &testEnv{srv: srv, store: st, ts: newTestHTTP(t, srv)}
+	e := &testEnv{srv: srv, store: st, url: serveFront(t, srv)}
 
 	e.do(t, "POST", "/v1/events", stored(0, 1, "null", 1)+"\n"+stored(0, 2, "1", 2)).want(t, 200)
 	time.Sleep(30 * time.Millisecond)
@@ -73,7 +73,7 @@ func TestSnapshotInterval(t *testing.T) {
 	if _, n := st.counts(); n != 0 {
 		t.Fatal("snapshot of an unchanged index")
 	}
-	e := &testEnv{srv: srv, store: st, ts: newTestHTTP(t, srv)}
+	e := &testEnv{srv: srv, store: st, url: serveFront(t, srv)}
 	e.do(t, "POST", "/v1/events", stored(0, 1, "null", 1)).want(t, 200)
 	waitFor(t, "an interval snapshot", func() bool { _, n := st.counts(); return n == 1 })
 	time.Sleep(100 * time.Millisecond)
@@ -128,7 +128,7 @@ func TestConcurrentClients(t *testing.T) {
 	errs := make(chan error, clients)
 	for c := range clients {
 		wg.Go(func() {
-			client := e.ts.Client()
+			client := &http.Client{}
 			w := uint64(c)
 			for i := range perClient {
 				h := uint64(i + 1)
@@ -136,7 +136,7 @@ func TestConcurrentClients(t *testing.T) {
 				if i > 0 {
 					parent = fmt.Sprint(1000*w + h - 1)
 				}
-				resp, err := client.Post(e.ts.URL+"/v1/events", "", bytes.NewBufferString(stored(w, h, parent, h)))
+				resp, err := client.Post(e.url+"/v1/events", "", bytes.NewBufferString(stored(w, h, parent, h)))
 				if err != nil {
 					errs <- err
 					return
@@ -146,7 +146,7 @@ func TestConcurrentClients(t *testing.T) {
 					errs <- fmt.Errorf("events status %d", resp.StatusCode)
 					return
 				}
-				resp, err = client.Post(e.ts.URL+"/v1/match", "", bytes.NewBufferString(`{"local_hashes":[1,2,3]}`))
+				resp, err = client.Post(e.url+"/v1/match", "", bytes.NewBufferString(`{"local_hashes":[1,2,3]}`))
 				if err != nil {
 					errs <- err
 					return
@@ -158,7 +158,7 @@ func TestConcurrentClients(t *testing.T) {
 				}
 				if i%10 == 0 {
 					for _, p := range []string{"/v1/stats", "/v1/workers", "/metrics"} {
-						resp, err := client.Get(e.ts.URL + p)
+						resp, err := client.Get(e.url + p)
 						if err != nil {
 							errs <- err
 							return
@@ -202,7 +202,7 @@ func TestLoadGen(t *testing.T) {
 	tr := embeddedTrace(t)
 	tr.Records = tr.Records[:300]
 	cfg := workload.Config{Workers: 8, Capacity: 256, Duplicate: 1}
-	rep, err := LoadGen(context.Background(), e.ts.URL, tr, cfg, 4, 30*time.Second, nil)
+	rep, err := LoadGen(context.Background(), e.url, tr, cfg, LoadOptions{Concurrency: 4, Posters: 2})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 // LoadReport is what [LoadGen] measured.
 type LoadReport struct {
 	Concurrency int           `json:"concurrency"`
+	Posters     int           `json:"posters"`
 	Elapsed     time.Duration `json:"elapsed_ns"`
 	// Exhausted tells whether every pre-generated request was sent before
 	// the duration ran out.
@@ -38,11 +39,11 @@ type LoadReport struct {
 
 // String formats the report on a few lines.
 func (r LoadReport) String() string {
-	return fmt.Sprintf("concurrency %d, %v, %d requests (exhausted: %v)\n"+
+	return fmt.Sprintf("concurrency %d, %d event posters, %v, %d requests (exhausted: %v)\n"+
 		"events:  %d in %d posts, %.0f events/s, %.0f block ops/s, post p50 %v p99 %v, %d rejected, %d overload retries\n"+
 		"         acknowledged after their match: p50 %v p99 %v\n"+
 		"matches: %d, %.0f/s, p50 %v p99 %v",
-		r.Concurrency, r.Elapsed.Round(time.Millisecond), r.Requests, r.Exhausted,
+		r.Concurrency, r.Posters, r.Elapsed.Round(time.Millisecond), r.Requests, r.Exhausted,
 		r.Events, r.EventPosts, r.EventsPerSec, r.BlockOpsPerSec, r.EventsP50, r.EventsP99, r.Rejected, r.Retries,
 		r.LagP50, r.LagP99,
 		r.Matches, r.MatchesPerSec, r.MatchP50, r.MatchP99)
@@ -56,32 +57,64 @@ type loadRequest struct {
 	blockOps int
 }
 
+// LoadOptions shape a [LoadGen] run.
+type LoadOptions struct {
+	// Concurrency is the number of match clients; default 16.
+	Concurrency int
+	// Posters is the number of event posters; default Concurrency/4
+	// (at least 1).
+	Posters int
+	// Duration bounds the run; default 30s.
+	Duration time.Duration
+	// Progress, if not nil, is called once a second during the run with
+	// the requests matched so far and in all.
+	Progress workload.ProgressFunc
+}
+
+func (o LoadOptions) withDefaults() (LoadOptions, error) {
+	if o.Concurrency == 0 {
+		o.Concurrency = 16
+	}
+	if o.Posters == 0 {
+		o.Posters = max(1, o.Concurrency/4)
+	}
+	if o.Duration == 0 {
+		o.Duration = 30 * time.Second
+	}
+	switch {
+	case o.Concurrency < 1:
+		return o, fmt.Errorf("concurrency must be >= 1, got %d", o.Concurrency)
+	case o.Posters < 1 || o.Posters > o.Concurrency:
+		return o, fmt.Errorf("posters must be between 1 and the concurrency (%d), got %d", o.Concurrency, o.Posters)
+	case o.Duration < 0:
+		return o, fmt.Errorf("duration must be positive, got %v", o.Duration)
+	}
+	return o, nil
+}
+
 // LoadGen drives the kvidx server at target (e.g. "http://127.0.0.1:8080")
 // with the workload of trace under cfg: it pre-generates every request's
-// (local hashes, events) with [workload.Generate], then replays them with
-// concurrency clients for at most duration.
+// (local hashes, events) with [workload.Generate], then replays them.
 //
-// Client c owns the workers w with w % concurrency == c and walks their
-// requests in workload order: POST /v1/match with the request's local
-// hashes, then its events go to the client's queue. The client's poster
+// Match client c owns the workers w with w % Concurrency == c and walks
+// their requests in workload order: POST /v1/match with the request's local
+// hashes, then its events go to the queue of poster c % Posters. A poster
 // sends everything queued as one POST /v1/events (NDJSON) as soon as its
-// previous post is acknowledged, the way a worker's event publisher batches
-// while the log syncs; so each worker's events arrive in order and trail
-// their matches by about one commit. The queue holds at most maxQueued
-// requests: a client whose events are not acknowledged stops matching.
+// previous post is acknowledged, the way an event collector batches while
+// the log syncs; so each worker's events arrive in order and trail their
+// matches by about one commit. A poster's queue holds at most maxQueued
+// requests per client it serves: clients whose events are not acknowledged
+// stop matching.
 //
-// The run ends when duration passes or the requests run out (queued events
-// are still posted); ctx cancels it. The server should start empty: replayed
-// events assume the workload's cache state. A 503 overload answer is
-// retried after a short pause; any other failure stops the run with an
-// error naming the request. progress, if not nil, is called once a second
-// during generation and the run, with requests matched of those generated.
-func LoadGen(ctx context.Context, target string, trace *workload.Trace, cfg workload.Config, concurrency int, duration time.Duration, progress workload.ProgressFunc) (LoadReport, error) {
-	if concurrency < 1 {
-		return LoadReport{}, fmt.Errorf("loadgen: concurrency must be >= 1, got %d", concurrency)
-	}
-	if duration <= 0 {
-		return LoadReport{}, fmt.Errorf("loadgen: duration must be positive, got %v", duration)
+// The run ends when the duration passes or the requests run out (queued
+// events are still posted); ctx cancels it. The server should start empty:
+// replayed events assume the workload's cache state. A 503 overload answer
+// is retried after a short pause; any other failure stops the run with an
+// error naming the request.
+func LoadGen(ctx context.Context, target string, trace *workload.Trace, cfg workload.Config, opts LoadOptions) (LoadReport, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return LoadReport{}, fmt.Errorf("loadgen: %w", err)
 	}
 	addr, host, err := loadTarget(target)
 	if err != nil {
@@ -93,7 +126,7 @@ func LoadGen(ctx context.Context, target string, trace *workload.Trace, cfg work
 		return LoadReport{}, fmt.Errorf("loadgen: no server at %s: %w", target, err)
 	}
 	probe.Close()
-	perClient := make([][]loadRequest, concurrency)
+	perClient := make([][]loadRequest, opts.Concurrency)
 	total := 0
 	var buf []byte
 	err = workload.Generate(ctx, trace, cfg, func(req workload.Request, events []engine.Event) error {
@@ -107,7 +140,7 @@ func LoadGen(ctx context.Context, target string, trace *workload.Trace, cfg work
 			}
 			lr.events = slices.Clone(buf)
 		}
-		c := int(req.Worker.WorkerID % uint64(concurrency))
+		c := int(req.Worker.WorkerID % uint64(opts.Concurrency))
 		perClient[c] = append(perClient[c], lr)
 		total++
 		return nil
@@ -118,20 +151,37 @@ func LoadGen(ctx context.Context, target string, trace *workload.Trace, cfg work
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	results := make([]clientResult, concurrency)
+	matchers := make([]clientResult, opts.Concurrency)
+	posters := make([]clientResult, opts.Posters)
+	queues := make([]chan queued, opts.Posters)
+	feeding := make([]sync.WaitGroup, opts.Posters) // matchers feeding each poster
 	var wg sync.WaitGroup
 	var matched atomic.Int64
 	start := time.Now()
-	stop := start.Add(duration)
-	for c := range concurrency {
+	stop := start.Add(opts.Duration)
+	for p := range opts.Posters {
+		clients := (opts.Concurrency - p + opts.Posters - 1) / opts.Posters
+		queues[p] = make(chan queued, maxQueued*clients)
+		feeding[p].Add(clients)
 		wg.Go(func() {
-			results[c] = runClient(ctx, addr, host, perClient[c], stop, &matched)
-			if results[c].err != nil {
+			posters[p] = postEvents(ctx, newLoadConn(addr, host), queues[p])
+			if posters[p].err != nil {
+				cancel()
+			}
+		})
+		go func() { feeding[p].Wait(); close(queues[p]) }()
+	}
+	for c := range opts.Concurrency {
+		p := c % opts.Posters
+		wg.Go(func() {
+			defer feeding[p].Done()
+			matchers[c] = matchRequests(ctx, c, newLoadConn(addr, host), perClient[c], queues[p], stop, &matched)
+			if matchers[c].err != nil {
 				cancel()
 			}
 		})
 	}
-	if progress != nil {
+	if opts.Progress != nil {
 		finished := make(chan struct{})
 		go func() { wg.Wait(); close(finished) }()
 		tick := time.NewTicker(time.Second)
@@ -141,7 +191,7 @@ func LoadGen(ctx context.Context, target string, trace *workload.Trace, cfg work
 			case <-finished:
 				break wait
 			case <-tick.C:
-				progress(int(matched.Load()), total, time.Since(start))
+				opts.Progress(int(matched.Load()), total, time.Since(start))
 			}
 		}
 		tick.Stop()
@@ -149,24 +199,29 @@ func LoadGen(ctx context.Context, target string, trace *workload.Trace, cfg work
 	wg.Wait()
 	elapsed := time.Since(start)
 
-	rep := LoadReport{Concurrency: concurrency, Elapsed: elapsed, Exhausted: true}
+	rep := LoadReport{Concurrency: opts.Concurrency, Posters: opts.Posters, Elapsed: elapsed, Exhausted: true}
 	var matchLat, eventLat, lag []time.Duration
 	var errs []error
-	for c, r := range results {
+	for c, r := range matchers {
 		if r.err != nil && !errors.Is(r.err, context.Canceled) {
 			errs = append(errs, fmt.Errorf("client %d: %w", c, r.err))
 		}
 		rep.Requests += r.requests
 		rep.Matches += len(r.matchLat)
+		if r.requests < len(perClient[c]) {
+			rep.Exhausted = false
+		}
+		matchLat = append(matchLat, r.matchLat...)
+	}
+	for p, r := range posters {
+		if r.err != nil && !errors.Is(r.err, context.Canceled) {
+			errs = append(errs, fmt.Errorf("poster %d: %w", p, r.err))
+		}
 		rep.EventPosts += len(r.eventLat)
 		rep.Events += r.events
 		rep.BlockOps += r.blockOps
 		rep.Rejected += r.rejected
 		rep.Retries += r.retries
-		if r.requests < len(perClient[c]) {
-			rep.Exhausted = false
-		}
-		matchLat = append(matchLat, r.matchLat...)
 		eventLat = append(eventLat, r.eventLat...)
 		lag = append(lag, r.lag...)
 	}
@@ -184,7 +239,7 @@ func LoadGen(ctx context.Context, target string, trace *workload.Trace, cfg work
 		return rep, errs[0]
 	}
 	// Clients usually fail alike (the server went away): one is enough.
-	return rep, fmt.Errorf("%w (and %d more clients failed)", errs[0], len(errs)-1)
+	return rep, fmt.Errorf("%w (and %d more failed)", errs[0], len(errs)-1)
 }
 
 // maxQueued bounds the requests whose events a client holds unacknowledged,
@@ -211,37 +266,18 @@ type clientResult struct {
 	err                                           error
 }
 
-// queued is one request whose events wait for the poster.
+// queued is one request whose events wait for a poster.
 type queued struct {
-	req int
-	at  time.Time // when its match was answered
+	req    *loadRequest
+	client int       // the match client that queued it
+	i      int       // its index among the client's requests
+	at     time.Time // when its match was answered
 }
 
-// runClient matches reqs in order on one connection and posts their events
-// on another (see [LoadGen]).
-func runClient(ctx context.Context, addr, host string, reqs []loadRequest, stop time.Time, matched *atomic.Int64) clientResult {
-	queue := make(chan queued, maxQueued)
-	var res clientResult
-	var posted clientResult
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		posted = postEvents(ctx, newLoadConn(addr, host), reqs, queue)
-	}()
-	res = matchRequests(ctx, newLoadConn(addr, host), reqs, queue, stop, matched)
-	close(queue)
-	<-done
-	res.events, res.blockOps, res.rejected, res.retries = posted.events, posted.blockOps, posted.rejected, posted.retries
-	res.eventLat, res.lag = posted.eventLat, posted.lag
-	if res.err == nil {
-		res.err = posted.err
-	}
-	return res
-}
-
-func matchRequests(ctx context.Context, conn *loadConn, reqs []loadRequest, queue chan<- queued, stop time.Time, matched *atomic.Int64) (res clientResult) {
+func matchRequests(ctx context.Context, client int, conn *loadConn, reqs []loadRequest, queue chan<- queued, stop time.Time, matched *atomic.Int64) (res clientResult) {
 	defer conn.close()
-	for i, lr := range reqs {
+	for i := range reqs {
+		lr := &reqs[i]
 		if time.Now().After(stop) || ctx.Err() != nil {
 			return res
 		}
@@ -258,7 +294,7 @@ func matchRequests(ctx context.Context, conn *loadConn, reqs []loadRequest, queu
 		res.matchLat = append(res.matchLat, now.Sub(t0))
 		if lr.events != nil {
 			select {
-			case queue <- queued{req: i, at: now}:
+			case queue <- queued{req: lr, client: client, i: i, at: now}:
 			case <-ctx.Done():
 				return res
 			}
@@ -271,7 +307,7 @@ func matchRequests(ctx context.Context, conn *loadConn, reqs []loadRequest, queu
 
 // postEvents sends the queued requests' events until the queue closes,
 // each post carrying everything queued since the last one.
-func postEvents(ctx context.Context, conn *loadConn, reqs []loadRequest, queue <-chan queued) (res clientResult) {
+func postEvents(ctx context.Context, conn *loadConn, queue <-chan queued) (res clientResult) {
 	defer conn.close()
 	var body []byte
 	batch := make([]queued, 0, maxQueued)
@@ -281,7 +317,7 @@ func postEvents(ctx context.Context, conn *loadConn, reqs []loadRequest, queue <
 			return res
 		}
 		batch = append(batch[:0], q)
-		body = append(body[:0], reqs[q.req].events...)
+		body = append(body[:0], q.req.events...)
 	drain:
 		for len(body) < maxPostBytes {
 			select {
@@ -290,7 +326,7 @@ func postEvents(ctx context.Context, conn *loadConn, reqs []loadRequest, queue <
 					break drain
 				}
 				batch = append(batch, q)
-				body = append(body, reqs[q.req].events...)
+				body = append(body, q.req.events...)
 			default:
 				break drain
 			}
@@ -314,7 +350,7 @@ func postEvents(ctx context.Context, conn *loadConn, reqs []loadRequest, queue <
 				err = fmt.Errorf("status %d: %s", a.status, bytes.TrimSpace(a.body))
 			}
 			if err != nil {
-				res.err = fmt.Errorf("events of requests %d..%d: %w", batch[0].req, batch[len(batch)-1].req, err)
+				res.err = fmt.Errorf("events of %d requests (the first: request %d of client %d): %w", len(batch), batch[0].i, batch[0].client, err)
 				return res
 			}
 			now := time.Now()
@@ -325,8 +361,8 @@ func postEvents(ctx context.Context, conn *loadConn, reqs []loadRequest, queue <
 		now := time.Now()
 		for _, q := range batch {
 			res.lag = append(res.lag, now.Sub(q.at))
-			res.events += reqs[q.req].nEvents
-			res.blockOps += reqs[q.req].blockOps
+			res.events += q.req.nEvents
+			res.blockOps += q.req.blockOps
 		}
 	}
 }

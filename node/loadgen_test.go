@@ -27,7 +27,7 @@ func TestLoadGenFigures(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx, ln) }()
-	rep, err := LoadGen(context.Background(), "http://"+ln.Addr().String(), embeddedTrace(t), workload.DefaultConfig(), 16, 10*time.Second, nil)
+	rep, err := LoadGen(context.Background(), "http://"+ln.Addr().String(), embeddedTrace(t), workload.DefaultConfig(), LoadOptions{Duration: 10 * time.Second})
 	cancel()
 	if err != nil {
 		t.Fatal(err)

@@ -121,7 +121,7 @@ func TestWALInstrumentAndFaults(t *testing.T) {
 	st := openWALStore(t, srv.Metrics(), faults)
 	srv.SetStore(st)
 	e := &testEnv{srv: srv, store: st.fakeStore}
-	e.ts = newTestHTTP(t, srv)
+	e.url = serveFront(t, srv)
 
 	e.do(t, "POST", "/v1/events", stored(0, 1, "null", 1, 2, 3)).want(t, 200)
 	m := srv.Metrics()

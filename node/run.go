@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
-	"net/http"
 	"sync"
 )
 
@@ -18,15 +16,7 @@ import (
 // after a clean shutdown, else what failed (serving, draining or the final
 // snapshot).
 func (s *Server) Run(ctx context.Context, ln net.Listener) error {
-	hs := &http.Server{
-		Handler:           s,
-		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
-		ReadTimeout:       s.cfg.ReadTimeout,
-		WriteTimeout:      s.cfg.WriteTimeout,
-		IdleTimeout:       s.cfg.IdleTimeout,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-	}
+	fs := s.fastServer()
 	loopCtx, stopLoop := context.WithCancel(ctx)
 	defer stopLoop()
 	var wg sync.WaitGroup
@@ -34,24 +24,24 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 
 	s.log.Info("serving", "addr", ln.Addr().String())
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- hs.Serve(ln) }()
+	go func() { serveErr <- fs.Serve(ln) }()
 
 	var errs []error
 	select {
 	case err := <-serveErr:
+		if err == nil {
+			err = errors.New("the listener was closed")
+		}
 		errs = append(errs, fmt.Errorf("serving on %s: %w", ln.Addr(), err))
 	case <-ctx.Done():
 		s.log.Info("shutting down: draining in-flight requests", "timeout", s.cfg.ShutdownTimeout)
 		shCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
-		err := hs.Shutdown(shCtx)
+		err := fs.ShutdownWithContext(shCtx)
 		cancel()
 		if err != nil {
-			_ = hs.Close()
 			errs = append(errs, fmt.Errorf("draining requests on %s: %w", ln.Addr(), err))
 		}
-		if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
-			errs = append(errs, fmt.Errorf("serving on %s: %w", ln.Addr(), err))
-		}
+		<-serveErr // the listener is closed: Serve's error says only that
 	}
 	stopLoop()
 	wg.Wait()

@@ -191,7 +191,7 @@ func (s *Server) fallback(w http.ResponseWriter, r *http.Request, h http.Handler
 	case http.StatusMethodNotAllowed:
 		msg = fmt.Sprintf("method %s not allowed on %s (allowed: %s)", r.Method, r.URL.Path, rec.header.Get("Allow"))
 	}
-	s.metrics.httpRequests.WithLabelValues("other", strconv.Itoa(rec.code)).Inc()
+	s.countRequest("other", rec.code)
 	writeError(w, rec.code, msg)
 }
 
@@ -209,8 +209,13 @@ func (s *Server) instrument(name string, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
 		h.ServeHTTP(sw, r)
-		s.metrics.httpRequests.WithLabelValues(name, strconv.Itoa(sw.code)).Inc()
+		s.countRequest(name, sw.code)
 	})
+}
+
+// countRequest counts one answered request of a route.
+func (s *Server) countRequest(route string, code int) {
+	s.metrics.httpRequests.WithLabelValues(route, strconv.Itoa(code)).Inc()
 }
 
 type statusWriter struct {
@@ -253,21 +258,67 @@ func writeValue(w http.ResponseWriter, code int, v any) {
 
 // writeError answers code with {"error":msg}.
 func writeError(w http.ResponseWriter, code int, msg string) {
+	errorReply(code, msg).write(w)
+}
+
+// reply is an API answer computed apart from the front-end that sends it:
+// net/http ([Server.ServeHTTP]) or fasthttp (the hot routes in [Server.Run]).
+type reply struct {
+	code       int
+	body       []byte // JSON, newline-terminated
+	retryAfter bool   // send "Retry-After: 1"
+}
+
+// errorReply is code with {"error":msg}.
+func errorReply(code int, msg string) reply {
 	body, _ := json.Marshal(struct {
 		Error string `json:"error"`
 	}{msg})
-	writeJSON(w, code, append(body, '\n'))
+	return reply{code: code, body: append(body, '\n')}
+}
+
+// retryReply is a 503 the client should retry after a second.
+func retryReply(msg string) reply {
+	r := errorReply(http.StatusServiceUnavailable, msg)
+	r.retryAfter = true
+	return r
+}
+
+func (r reply) write(w http.ResponseWriter) {
+	if r.retryAfter {
+		w.Header().Set("Retry-After", "1")
+	}
+	writeJSON(w, r.code, r.body)
+}
+
+// readyStore returns the store, or the 503 to answer when there is none yet.
+func (s *Server) readyStore() (Store, *reply) {
+	if st := s.currentStore(); st != nil {
+		return st, nil
+	}
+	_, reason := s.Status()
+	r := retryReply("not ready: " + reason)
+	return nil, &r
 }
 
 // storeOr503 returns the store, or answers 503 when there is none yet.
 func (s *Server) storeOr503(w http.ResponseWriter) Store {
-	if st := s.currentStore(); st != nil {
-		return st
+	st, r := s.readyStore()
+	if r != nil {
+		r.write(w)
 	}
-	_, reason := s.Status()
-	w.Header().Set("Retry-After", "1")
-	writeError(w, http.StatusServiceUnavailable, "not ready: "+reason)
-	return nil
+	return st
+}
+
+// tooLarge is the 413 for a body over the limit; length is its declared
+// length, or -1 when unknown (chunked).
+func tooLarge(length, limit int64) reply {
+	if length >= 0 {
+		return errorReply(http.StatusRequestEntityTooLarge,
+			fmt.Sprintf("request body of %d bytes exceeds the limit of %d bytes", length, limit))
+	}
+	return errorReply(http.StatusRequestEntityTooLarge,
+		fmt.Sprintf("request body exceeds the limit of %d bytes", limit))
 }
 
 // readBody reads r's body into a pooled buffer (return it with putBuf),
@@ -277,8 +328,7 @@ func (s *Server) storeOr503(w http.ResponseWriter) Store {
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (buf *bytes.Buffer, ok bool) {
 	limit := s.cfg.MaxBodyBytes
 	if r.ContentLength > limit {
-		writeError(w, http.StatusRequestEntityTooLarge,
-			fmt.Sprintf("request body of %d bytes exceeds the limit of %d bytes", r.ContentLength, limit))
+		tooLarge(r.ContentLength, limit).write(w)
 		return nil, false
 	}
 	buf, _ = s.bufs.Get().(*bytes.Buffer)
@@ -294,8 +344,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (buf *bytes.Bu
 		s.putBuf(buf)
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			writeError(w, http.StatusRequestEntityTooLarge,
-				fmt.Sprintf("request body exceeds the limit of %d bytes", limit))
+			tooLarge(-1, limit).write(w)
 			return nil, false
 		}
 		writeError(w, http.StatusBadRequest, "reading request body: "+err.Error())

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -17,14 +18,21 @@ import (
 type testEnv struct {
 	srv   *Server
 	store *fakeStore
-	ts    *httptest.Server
+	url   string // where the server answers
 }
 
 func quietLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
+// newEnv serves a fake store with the front-end Run uses.
 func newEnv(t *testing.T, cfg Config) *testEnv {
+	t.Helper()
+	return newEnvWith(t, cfg, serveFront)
+}
+
+// newEnvWith serves a fake store with serve (serveFront or serveNetHTTP).
+func newEnvWith(t *testing.T, cfg Config, serve func(testing.TB, *Server) string) *testEnv {
 	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = quietLogger()
@@ -32,9 +40,7 @@ func newEnv(t *testing.T, cfg Config) *testEnv {
 	srv := New(cfg)
 	st := newFakeStore()
 	srv.SetStore(st)
-	ts := httptest.NewServer(srv)
-	t.Cleanup(ts.Close)
-	return &testEnv{srv: srv, store: st, ts: ts}
+	return &testEnv{srv: srv, store: st, url: serve(t, srv)}
 }
 
 type response struct {
@@ -49,7 +55,7 @@ func (e *testEnv) do(t *testing.T, method, path, body string) response {
 	if body != "" {
 		rd = strings.NewReader(body)
 	}
-	req, err := http.NewRequest(method, e.ts.URL+path, rd)
+	req, err := http.NewRequest(method, e.url+path, rd)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +64,7 @@ func (e *testEnv) do(t *testing.T, method, path, body string) response {
 
 func (e *testEnv) send(t *testing.T, req *http.Request) response {
 	t.Helper()
-	resp, err := e.ts.Client().Do(req)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", req.Method, req.URL.Path, err)
 	}
@@ -237,9 +243,7 @@ func TestRejectedEvents(t *testing.T) {
 
 func TestHealthAndReadiness(t *testing.T) {
 	srv := New(Config{Logger: quietLogger()})
-	ts := httptest.NewServer(srv)
-	defer ts.Close()
-	e := &testEnv{srv: srv, ts: ts}
+	e := &testEnv{srv: srv, url: serveFront(t, srv)}
 	e.do(t, "GET", "/healthz", "").want(t, 200)
 	r := e.do(t, "GET", "/readyz", "").want(t, 503)
 	if !bytes.Contains(r.body, []byte("recovering")) {
@@ -347,8 +351,30 @@ func TestSnapshotEndpoint(t *testing.T) {
 	}
 }
 
-func newTestHTTP(t *testing.T, h http.Handler) *httptest.Server {
-	ts := httptest.NewServer(h)
+// serveFront serves srv on a loopback listener with the front-end Run
+// uses (fasthttp, and net/http behind it for the rarer routes) and returns
+// its base URL.
+func serveFront(t testing.TB, srv *Server) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := srv.fastServer()
+	done := make(chan error, 1)
+	go func() { done <- fs.Serve(ln) }()
+	t.Cleanup(func() {
+		_ = fs.Shutdown()
+		<-done
+	})
+	return "http://" + ln.Addr().String()
+}
+
+// serveNetHTTP serves srv as a plain http.Handler (as a program embedding
+// it would) and returns its base URL.
+func serveNetHTTP(t testing.TB, srv *Server) string {
+	t.Helper()
+	ts := httptest.NewServer(srv)
 	t.Cleanup(ts.Close)
-	return ts
+	return ts.URL
 }
