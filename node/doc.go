@@ -25,12 +25,16 @@
 // and fsync timings come from a [wal.Store] wrapper ([NewWALInstrument]) the
 // WAL is opened with, which can also inject write or fsync failures in tests.
 //
-// [Server.Run] serves until its context is cancelled, triggering snapshots
+// [Server] is an http.Handler; [Server.Run] serves it with fasthttp, which
+// answers POST /v1/match and POST /v1/events itself (the hot routes; the
+// handlers share their logic with the net/http ones) and passes every other
+// request to the http.Handler. Run serves until its context is cancelled, triggering snapshots
 // every N events or every interval when the index changed; on cancellation it
 // stops accepting, drains in-flight requests and takes a final snapshot. The
 // caller then closes the store.
 //
-// [LoadGen] replays a workload (package workload) against a server:
-// per request a match then the request's events, with concurrent clients
-// owning disjoint sets of workers so each worker's events stay in order.
+// [LoadGen] replays a workload (package workload) against a server with a
+// minimal HTTP/1.1 client: per request a match, its events then batched by
+// an event poster; concurrent clients own disjoint sets of workers so each
+// worker's events stay in order.
 package node
