@@ -125,11 +125,14 @@ type Options struct {
 	// the committer stops coalescing batches once it is reached (a single
 	// batch is never split). Default 4 MiB.
 	MaxEntryBytes int
-	// SegmentSize is tidwall/wal's target segment size; default 4 MiB.
+	// SegmentSize is tidwall/wal's target segment size; default 512 KiB.
 	// tidwall/wal keeps the tail segment in one growing buffer, and on this
 	// project's VMs the first touch of a freshly doubled buffer costs about
 	// 3 ms a MiB, under its lock: 20 MiB segments (its default) stalled every
-	// producer for ~45 ms at the last doubling, 4 MiB ones for ~10 ms.
+	// producer for ~45 ms at the last doubling, 4 MiB ones for ~10 ms. Small
+	// segments spread that cost into short stalls; below 512 KiB the fsync
+	// tidwall/wal does when it closes a segment starts to dominate
+	// (BenchmarkAppend's p99 at 500k block ops/s offered, KVIDX_BENCH_SEGMENT).
 	SegmentSize int
 	// OnCommit, if set, is called by the committer goroutine once per entry,
 	// in index order, after the entry is written (and synced under
@@ -253,7 +256,7 @@ func Open(dir string, opts *Options) (*Log, error) {
 		o.MaxEntryBytes = 4 << 20
 	}
 	if o.SegmentSize <= 0 {
-		o.SegmentSize = 4 << 20
+		o.SegmentSize = 512 << 10
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
