@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"runtime/debug"
 	"strings"
 
 	"github.com/valyala/fasthttp"
@@ -25,6 +26,18 @@ func (s *Server) fastServer() *fasthttp.Server {
 	slow := fasthttpadaptor.NewFastHTTPHandler(s)
 	return &fasthttp.Server{
 		Handler: func(ctx *fasthttp.RequestCtx) {
+			defer s.recoverFast(ctx)
+			if s.draining.Load() {
+				// Run's drain timed out, or the request came on a
+				// connection kept alive across the drain: no new work.
+				ctx.SetConnectionClose()
+				s.sendFast(ctx, "other", retryReply("shutting down"))
+				return
+			}
+			if len(ctx.PostBody()) > maxPooledBuffer {
+				// Do not keep a huge body's buffer with the connection.
+				ctx.SetConnectionClose()
+			}
 			if ctx.IsPost() {
 				switch string(ctx.URI().PathOriginal()) {
 				case "/v1/match":
@@ -39,17 +52,40 @@ func (s *Server) fastServer() *fasthttp.Server {
 			}
 			slow(ctx)
 		},
-		ErrorHandler:       s.fastError,
+		ErrorHandler: s.fastError,
+		// An "Expect: 100-continue" body over the limit is refused before
+		// the client sends it, as net/http refused it from Content-Length;
+		// fasthttp lets this answer carry a status only, no JSON body.
+		ExpectHandler: func(ctx *fasthttp.RequestCtx) int {
+			if int64(ctx.Request.Header.ContentLength()) > s.cfg.MaxBodyBytes {
+				return http.StatusRequestEntityTooLarge
+			}
+			return http.StatusContinue
+		},
 		MaxRequestBodySize: int(min(s.cfg.MaxBodyBytes, int64(^uint(0)>>1))),
-		ReadTimeout:        s.cfg.ReadTimeout,
-		WriteTimeout:       s.cfg.WriteTimeout,
-		IdleTimeout:        s.cfg.IdleTimeout,
+		// fasthttp has no header timeout: ReadTimeout bounds the header
+		// and the body together.
+		ReadTimeout:  s.cfg.ReadTimeout,
+		WriteTimeout: s.cfg.WriteTimeout,
+		IdleTimeout:  s.cfg.IdleTimeout,
 		// Also the largest request header.
-		ReadBufferSize:        maxHeaderBytes,
-		NoDefaultServerHeader: true,
-		NoDefaultContentType:  true,
-		CloseOnShutdown:       true,
-		Logger:                fastLogger{s.log},
+		ReadBufferSize:               maxHeaderBytes,
+		DisablePreParseMultipartForm: true,
+		NoDefaultServerHeader:        true,
+		NoDefaultContentType:         true,
+		CloseOnShutdown:              true,
+		Logger:                       fastLogger{s.log},
+	}
+}
+
+// recoverFast turns a panic while serving one request into a logged JSON
+// 500, as net/http does for its handlers; fasthttp would let it end the
+// process.
+func (s *Server) recoverFast(ctx *fasthttp.RequestCtx) {
+	if v := recover(); v != nil {
+		s.log.Error("panic serving a request", "method", string(ctx.Method()), "path", string(ctx.Path()), "panic", v, "stack", string(debug.Stack()))
+		ctx.SetConnectionClose()
+		s.sendFast(ctx, "other", errorReply(http.StatusInternalServerError, fmt.Sprintf("internal error: %v", v)))
 	}
 }
 
@@ -88,7 +124,18 @@ func (s *Server) fastError(ctx *fasthttp.RequestCtx, err error) {
 	default:
 		r = errorReply(http.StatusBadRequest, "malformed request: "+err.Error())
 	}
-	s.sendFast(ctx, "other", r)
+	s.sendFast(ctx, routeOf(ctx), r)
+}
+
+// routeOf names a request's route for metrics, as far as fastError needs.
+func routeOf(ctx *fasthttp.RequestCtx) string {
+	switch string(ctx.URI().PathOriginal()) {
+	case "/v1/match":
+		return "match"
+	case "/v1/events":
+		return "events"
+	}
+	return "other"
 }
 
 // fastLogger sends fasthttp's own messages to the server's log: a client's

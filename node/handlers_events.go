@@ -19,7 +19,9 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	rep := s.ingest(r.Context(), buf.Bytes())
+	// Not cancelled with the request: an in-flight batch should finish
+	// even when the client or (under fasthttp) the server goes away.
+	rep := s.ingest(context.WithoutCancel(r.Context()), buf.Bytes())
 	s.putBuf(buf)
 	rep.write(w)
 }

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"net/http"
 	"time"
 
@@ -102,7 +103,7 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 	if s.storeOr503(w) == nil {
 		return
 	}
-	path, index, err := s.snaps.take(r.Context(), "api")
+	path, index, err := s.snaps.take(context.WithoutCancel(r.Context()), "api")
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, "snapshot failed: "+err.Error())
 		return

@@ -49,6 +49,9 @@ func loadTarget(target string) (addr, host string, err error) {
 	return addr, u.Host, nil
 }
 
+// postTimeout bounds one POST, from writing it to reading its answer.
+const postTimeout = time.Minute
+
 func newLoadConn(addr, host string) *loadConn {
 	return &loadConn{addr: addr, host: host}
 }
@@ -75,6 +78,11 @@ func (c *loadConn) post(path string, body []byte) (answer, error) {
 		} else {
 			c.r.Reset(conn)
 		}
+	}
+	// A server that stops answering fails the run instead of hanging it.
+	if err := c.conn.SetDeadline(time.Now().Add(postTimeout)); err != nil {
+		c.close()
+		return answer{}, err
 	}
 	c.req = append(c.req[:0], "POST "...)
 	c.req = append(c.req, path...)

@@ -38,9 +38,15 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 		shCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
 		err := fs.ShutdownWithContext(shCtx)
 		cancel()
+		// From here on nothing new is served, even on connections a timed
+		// out drain left open.
+		s.draining.Store(true)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("draining requests on %s: %w", ln.Addr(), err))
 		}
+		// Shutdown does not see a listener Serve has not registered yet
+		// (a cancellation right after start): closing it ends Serve anyway.
+		_ = ln.Close()
 		<-serveErr // the listener is closed: Serve's error says only that
 	}
 	stopLoop()

@@ -59,6 +59,9 @@ type Server struct {
 	snaps   *snapshotter
 	bufs    sync.Pool // *bytes.Buffer for request bodies
 	sources sources
+	// draining is set when Run stops serving: requests still arriving on
+	// kept-alive connections get a 503 and the connection is closed.
+	draining atomic.Bool
 }
 
 // maxPooledBuffer keeps huge request buffers out of the pool.

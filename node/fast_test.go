@@ -1,0 +1,96 @@
+package node
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvidx/kvidx/engine"
+	"github.com/kvidx/kvidx/wal"
+)
+
+// TestRunStopsRightAfterStart: a cancellation that comes before fasthttp
+// has registered its listener still ends Run (as at a failed recovery).
+func TestRunStopsRightAfterStart(t *testing.T) {
+	for range 20 {
+		srv := New(Config{Logger: quietLogger(), FinalSnapshot: false})
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- srv.Run(ctx, ln) }()
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("Run did not return after an immediate cancellation")
+		}
+	}
+}
+
+// panicStore panics on Append, standing in for any bug under a request.
+type panicStore struct{ *fakeStore }
+
+func (panicStore) Append(context.Context, []engine.Event, []wal.Position) (uint64, []error, error) {
+	panic("append exploded")
+}
+
+// TestPanicIsA500: a panic under a request is answered with a JSON 500 and
+// the server keeps serving.
+func TestPanicIsA500(t *testing.T) {
+	srv := New(Config{Logger: quietLogger()})
+	srv.SetStore(panicStore{newFakeStore()})
+	e := &testEnv{srv: srv, url: serveFront(t, srv)}
+	r := e.do(t, "POST", "/v1/events", stored(0, 1, "null", 1)).want(t, 500)
+	if !strings.Contains(string(r.body), "append exploded") {
+		t.Fatalf("answer %s", r.body)
+	}
+	e.do(t, "POST", "/v1/match", `{"local_hashes":[1]}`).want(t, 200)
+}
+
+// TestExpectContinueOverLimit: a body announced over the limit with
+// "Expect: 100-continue" is refused before the client sends it.
+func TestExpectContinueOverLimit(t *testing.T) {
+	e := newEnv(t, Config{MaxBodyBytes: 1024})
+	conn, err := net.Dial("tcp", strings.TrimPrefix(e.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_, err = conn.Write([]byte("POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\nExpect: 100-continue\r\n\r\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(line, " 413 ") {
+		t.Fatalf("status line %q, want 413 without 100 Continue", line)
+	}
+}
+
+// TestDrainingRefusesNewWork: once Run stops serving, requests still
+// arriving on kept-alive connections get a 503 and a closed connection.
+func TestDrainingRefusesNewWork(t *testing.T) {
+	e := newEnv(t, DefaultConfig())
+	e.srv.draining.Store(true)
+	resp, err := http.Post(e.url+"/v1/events", "", strings.NewReader(stored(0, 1, "null", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || !resp.Close || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("status %d, connection close %v, headers %v", resp.StatusCode, resp.Close, resp.Header)
+	}
+	if a, _ := e.store.counts(); a != 0 {
+		t.Fatalf("%d appends while draining", a)
+	}
+}
