@@ -20,7 +20,12 @@ var ErrNoEvents = errors.New("no events")
 // each event's slices are capped, so appending to one cannot clobber another.
 func DecodeBatch(body []byte) ([]engine.Event, error) {
 	s := scanner{data: body}
-	var b batch
+	// Size the shared arrays once, from the body: a block object takes at
+	// least 32 bytes, and realistic ones about twice that.
+	b := batch{
+		events: make([]engine.Event, 0, bytes.Count(body, []byte{'\n'})+1),
+		blocks: make([]engine.Block, 0, len(body)/64),
+	}
 	var err error
 	if s.peek() == '[' {
 		err = b.decodeArray(&s)

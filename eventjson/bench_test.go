@@ -1,6 +1,7 @@
 package eventjson
 
 import (
+	"strconv"
 	"testing"
 
 	"github.com/kvidx/kvidx/engine"
@@ -59,4 +60,26 @@ func BenchmarkAppendEvent(b *testing.B) {
 		buf = AppendEvent(buf[:0], &ev)
 	}
 	b.ReportMetric(float64(b.N)*32/b.Elapsed().Seconds(), "blocks/s")
+}
+
+// BenchmarkDecodeQuery decodes a match query of 40 local hashes (the shape
+// of POST /v1/match).
+func BenchmarkDecodeQuery(b *testing.B) {
+	body := []byte(`{"local_hashes":[`)
+	h := uint64(0x243f6a8885a308d3)
+	for i := range 40 {
+		if i > 0 {
+			body = append(body, ',')
+		}
+		h = h*6364136223846793005 + 1442695040888963407
+		body = strconv.AppendUint(body, h, 10)
+	}
+	body = append(body, "]}"...)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := DecodeQuery(body); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

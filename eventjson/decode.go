@@ -1,9 +1,11 @@
 package eventjson
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/kvidx/kvidx/engine"
 )
@@ -436,6 +438,11 @@ func appendUints(s *scanner, dst []uint64, max uint64) ([]uint64, error) {
 	}
 	if err := s.beginArray(); err != nil {
 		return dst, err
+	}
+	// Size dst once: an array of numbers ends at the next ']' and has a
+	// comma between elements (a malformed one only makes a poor guess).
+	if end := bytes.IndexByte(s.data[s.pos:], ']'); end > 0 {
+		dst = slices.Grow(dst, bytes.Count(s.data[s.pos:s.pos+end], []byte{','})+1)
 	}
 	for first, i := true, 0; ; i++ {
 		more, err := s.element(&first)

@@ -25,7 +25,10 @@ func (e *exitError) Error() string {
 func (e *exitError) Unwrap() error { return e.err }
 
 func main() {
-	if err := newRootCmd().Execute(); err != nil {
+	root, finish := newRootCmdWithFinish()
+	err := root.Execute()
+	finish()
+	if err != nil {
 		code := 1
 		var ee *exitError
 		if errors.As(err, &ee) {

@@ -1,10 +1,22 @@
 package main
 
 import (
+	"fmt"
+	"os"
+	"runtime/pprof"
+
 	"github.com/spf13/cobra"
 )
 
+// newRootCmd returns the kvidx command tree.
 func newRootCmd() *cobra.Command {
+	root, _ := newRootCmdWithFinish()
+	return root
+}
+
+// newRootCmdWithFinish returns the command tree and what to call once it
+// has run, whatever the outcome (it ends a --cpuprofile).
+func newRootCmdWithFinish() (*cobra.Command, func()) {
 	root := &cobra.Command{
 		Use:   "kvidx",
 		Short: "KV-cache prefix index for LLM routers",
@@ -14,6 +26,34 @@ removed, cleared; workers gone) into an index that scores prefixes exactly.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	// --cpuprofile FILE profiles any command's whole run (for performance
+	// work; hidden from --help).
+	var cpuProfile string
+	var stopProfile func()
+	root.PersistentFlags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	_ = root.PersistentFlags().MarkHidden("cpuprofile")
+	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+		if cpuProfile == "" {
+			return nil
+		}
+		pf, err := os.Create(cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			pf.Close()
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		stopProfile = func() { pprof.StopCPUProfile(); pf.Close() }
+		return nil
+	}
 	root.AddCommand(newVersionCmd(), newReplayCmd(), newBenchCmd(), newWALCmd(), newLoadgenCmd(), newServeCmd(), newInspectCmd(), newRecoverCmd(), newPublishCmd())
-	return root
+	// Not a post-run hook: cobra skips those after an error.
+	finish := func() {
+		if stopProfile != nil {
+			stopProfile()
+			stopProfile = nil
+		}
+	}
+	return root, finish
 }

@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"runtime/pprof"
 	"strings"
 	"sync"
 	"syscall"
@@ -35,7 +34,6 @@ type serveFlags struct {
 	logFormat      string
 	maxBodyBytes   int64
 	finalSnapshot  bool
-	cpuProfile     string
 	natsURL        string
 	natsStream     string
 	natsSubject    string
@@ -108,8 +106,6 @@ name in upper case with _ for -, e.g. KVIDX_DATA_DIR=/var/lib/kvidx.`,
 	fl.StringVar(&f.natsStream, "nats-stream", "KV_EVENTS", "JetStream stream to consume")
 	fl.StringVar(&f.natsSubject, "nats-subject", "kv.events.>", "subjects of the stream to consume")
 	fl.BoolVar(&f.natsAllowGap, "nats-allow-gap", false, "continue when stream messages this node never applied are gone (expired or purged)")
-	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (for performance work)")
-	_ = fl.MarkHidden("cpuprofile")
 	return cmd
 }
 
@@ -153,16 +149,6 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
 			log.Warn("the HTTP API has no authentication and listens beyond loopback", "listen", f.listen)
 		}
-	}
-	if f.cpuProfile != "" {
-		pf, err := os.Create(f.cpuProfile)
-		if err != nil {
-			return fmt.Errorf("serve: --cpuprofile: %w", err)
-		}
-		if err := pprof.StartCPUProfile(pf); err != nil {
-			return fmt.Errorf("serve: --cpuprofile: %w", err)
-		}
-		defer func() { pprof.StopCPUProfile(); pf.Close() }()
 	}
 	var specs []ingest.ZMQSpec
 	for _, z := range f.zmq {
