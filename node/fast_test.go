@@ -18,14 +18,9 @@ import (
 func TestRunStopsRightAfterStart(t *testing.T) {
 	for range 20 {
 		srv := New(Config{Logger: quietLogger(), FinalSnapshot: false})
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
+		_, stop := startRun(t, srv)
 		done := make(chan error, 1)
-		go func() { done <- srv.Run(ctx, ln) }()
-		cancel()
+		go func() { done <- stop() }()
 		select {
 		case <-done:
 		case <-time.After(10 * time.Second):

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"sync"
 	"testing"
@@ -91,14 +90,7 @@ func TestRunShutdown(t *testing.T) {
 			srv := New(cfg)
 			st := newFakeStore()
 			srv.SetStore(st)
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- srv.Run(ctx, ln) }()
-			url := "http://" + ln.Addr().String()
+			url, stop := startRun(t, srv)
 			resp, err := http.Post(url+"/v1/events", "application/x-ndjson", bytes.NewBufferString(stored(0, 1, "null", 1)))
 			if err != nil {
 				t.Fatal(err)
@@ -107,8 +99,7 @@ func TestRunShutdown(t *testing.T) {
 			if resp.StatusCode != 200 {
 				t.Fatalf("status %d", resp.StatusCode)
 			}
-			cancel()
-			if err := <-done; err != nil {
+			if err := stop(); err != nil {
 				t.Fatal(err)
 			}
 			if _, n := st.counts(); (n == 1) != final {

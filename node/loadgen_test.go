@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"net"
 	"os"
 	"testing"
 	"time"
@@ -20,20 +19,13 @@ func TestLoadGenFigures(t *testing.T) {
 	cfg.Logger = quietLogger()
 	srv := New(cfg)
 	srv.SetStore(newFakeStore())
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx, ln) }()
-	rep, err := LoadGen(context.Background(), "http://"+ln.Addr().String(), embeddedTrace(t), workload.DefaultConfig(), LoadOptions{Duration: 10 * time.Second})
-	cancel()
+	url, stop := startRun(t, srv)
+	rep, err := LoadGen(context.Background(), url, embeddedTrace(t), workload.DefaultConfig(), LoadOptions{Duration: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Log(rep)
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 }

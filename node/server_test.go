@@ -2,6 +2,7 @@ package node
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -368,6 +369,23 @@ func serveFront(t testing.TB, srv *Server) string {
 		<-done
 	})
 	return "http://" + ln.Addr().String()
+}
+
+// startRun runs srv.Run on a loopback listener and returns its base URL;
+// stop cancels Run and returns its error.
+func startRun(t testing.TB, srv *Server) (url string, stop func() error) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx, ln) }()
+	return "http://" + ln.Addr().String(), func() error {
+		cancel()
+		return <-done
+	}
 }
 
 // serveNetHTTP serves srv as a plain http.Handler (as a program embedding
