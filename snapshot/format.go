@@ -197,14 +197,26 @@ func (e *encoder) add(rec *engine.PlaceRecord, ord, parentOrd uint64, widx func(
 	return nil
 }
 
-// value returns the chunk value: header and snappy block, in a new slice
-// (bbolt keeps values until the transaction commits).
-func (e *encoder) value() []byte {
+// appendValue appends the chunk value (header and snappy block) to arena
+// and returns arena and the value. When arena has no room for it, the
+// value gets a slice of its own (and arena is returned unchanged): values
+// already in arena must stay put, since bbolt keeps them until the
+// transaction commits.
+func (e *encoder) appendValue(arena []byte) (_, v []byte) {
 	h := chunkHeader{lastPos: e.lastPos, firstOrd: e.firstOrd, places: e.places, holderBlocks: e.hbs}
-	v := make([]byte, 0, 4*binary.MaxVarintLen64+snappy.MaxEncodedLen(len(e.body)))
+	need := 4*binary.MaxVarintLen64 + snappy.MaxEncodedLen(len(e.body))
+	if cap(arena)-len(arena) < need {
+		v = make([]byte, 0, need)
+	} else {
+		v = arena[len(arena):len(arena):cap(arena)]
+	}
 	v = appendChunkHeader(v, h)
 	enc := snappy.Encode(v[len(v):cap(v)], e.body)
-	return v[:len(v)+len(enc)]
+	v = v[: len(v)+len(enc) : len(v)+len(enc)]
+	if cap(arena)-len(arena) >= need {
+		arena = arena[:len(arena)+len(v)]
+	}
+	return arena, v
 }
 
 // decoder decodes chunks back into place records, checking everything that

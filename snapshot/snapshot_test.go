@@ -155,9 +155,10 @@ func TestRoundtripRapid(t *testing.T) {
 		seed := rapid.Uint64().Draw(rt, "seed")
 		n := rapid.IntRange(0, 400).Draw(rt, "events")
 		chunk := rapid.IntRange(1, 2000).Draw(rt, "chunk_bytes")
+		tx := rapid.IntRange(1, 20000).Draw(rt, "tx_bytes")
 		ix := engine.New()
 		apply(ix, randEvents(rand.New(rand.NewPCG(seed, 0)), n))
-		p, err := Write(context.Background(), dir, ix.Freeze(), Meta{Index: 1}, WithChunkBytes(chunk))
+		p, err := Write(context.Background(), dir, ix.Freeze(), Meta{Index: 1}, WithChunkBytes(chunk), withTxBytes(tx))
 		if err != nil {
 			rt.Fatal(err)
 		}

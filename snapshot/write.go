@@ -60,6 +60,17 @@ func WithChunkBytes(n int) Option {
 	}
 }
 
+// withTxBytes sets the values per bbolt transaction (default 16 MiB); tests
+// make it small to exercise many commits and values that do not fit the
+// transaction's arena.
+func withTxBytes(n int) Option {
+	return func(o *options) {
+		if n > 0 {
+			o.txBytes = n
+		}
+	}
+}
+
 // Write writes the frozen state f as the snapshot of WAL index meta.Index
 // into dir, publishing it atomically as snapshot-<20-digit index>.bolt (an
 // existing snapshot of the same index is replaced), and returns its path. On
@@ -152,11 +163,17 @@ func writeFile(ctx context.Context, path string, f *engine.Frozen, meta Meta, o 
 		var tx *bolt.Tx
 		var b *bolt.Bucket
 		batch := 0
+		// A transaction's values are carved from one arena, reused after
+		// each commit: fresh memory is slow to fault in, and 20 bytes a
+		// holder-block of short-lived values would also feed the collector.
+		arena := make([]byte, 0, o.txBytes+2*o.chunkBytes)
 		for e := range chunks {
 			if err != nil {
 				continue // drain
 			}
-			k, v := chunkKey(e.firstPos, e.seq), e.value()
+			k := chunkKey(e.firstPos, e.seq)
+			var v []byte
+			arena, v = e.appendValue(arena)
 			select {
 			case free <- e.body[:0]:
 			default:
@@ -175,7 +192,7 @@ func writeFile(ctx context.Context, path string, f *engine.Frozen, meta Meta, o 
 			batch += len(v)
 			if batch >= o.txBytes {
 				err = tx.Commit()
-				tx, batch = nil, 0
+				tx, batch, arena = nil, 0, arena[:0]
 			}
 		}
 		if tx != nil {
