@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"unsafe"
 
 	"pgregory.net/rapid"
 )
@@ -204,4 +205,14 @@ func TestFreezeReusesReleasedCopy(t *testing.T) {
 			f.Release(ix)
 		}
 	})
+}
+
+// TestTouchedSizes keeps PrepareFreeze's element sizes true.
+func TestTouchedSizes(t *testing.T) {
+	if n := unsafe.Sizeof(revSlot{}); n != revSlotBytes {
+		t.Errorf("revSlot is %d bytes, revSlotBytes says %d", n, revSlotBytes)
+	}
+	if n := unsafe.Sizeof(place{}); n != placeBytes {
+		t.Errorf("place is %d bytes, placeBytes says %d", n, placeBytes)
+	}
 }

@@ -272,6 +272,9 @@ func (s *Store) Snapshot(ctx context.Context) (path string, index uint64, err er
 	if s.closed.Load() {
 		return "", 0, fmt.Errorf("data dir %s: snapshot: %w", s.dir, wal.ErrClosed)
 	}
+	// Make room for the copy before taking mu, which applies need: only
+	// the copy itself should hold them up.
+	s.ix.PrepareFreeze()
 	s.mu.Lock()
 	index = s.applied
 	if s.haveSnap && s.lastSnap.Index == index {
@@ -296,7 +299,7 @@ func (s *Store) Snapshot(ctx context.Context) (path string, index uint64, err er
 	}
 	s.lastSnap, s.haveSnap = SnapshotRef{Path: path, Index: index}, true
 	s.phase("published", index)
-	s.logger.Info("snapshot written", "path", path, "index", index, "duration", time.Since(start))
+	s.logger.Info("snapshot written", "path", path, "index", index, "duration", time.Since(start), "apply_pause", f.Pause())
 	removed, err := snapshot.Prune(s.snapDir, s.opts.KeepSnapshots)
 	for _, p := range removed {
 		s.logger.Info("snapshot pruned", "path", p)
