@@ -70,6 +70,14 @@ or events will be rejected.`,
 			if err != nil {
 				return err
 			}
+			if rep.Exhausted && rep.Elapsed < opts.Duration*9/10 && rep.Requests > 0 {
+				// The rates hold, but a short run says little about a
+				// steady state: tell how to make it last.
+				perCopy := max(1, rep.Requests/max(cfg.Duplicate, 1))
+				want := int(rep.MatchesPerSec*opts.Duration.Seconds())/perCopy + 1
+				fmt.Fprintf(stderr, "loadgen: the workload ran out after %v of the %v --duration; --duplicate %d would last about %v (with more memory and generation time)\n",
+					rep.Elapsed.Round(100*time.Millisecond), opts.Duration, want, opts.Duration)
+			}
 			if asJSON {
 				b, err := json.Marshal(rep)
 				if err != nil {
