@@ -16,11 +16,11 @@ func reload(t interface {
 	return load(t, ix.Freeze())
 }
 
-// load loads a frozen index into a new one.
+// load loads a frozen index into a new one, with the loader hint if given.
 func load(t interface {
 	Fatalf(string, ...any)
-}, f *Frozen) *Index {
-	l := NewLoader()
+}, f *Frozen, hint ...LoaderHint) *Index {
+	l := NewLoader(hint...)
 	var err error
 	lastPos := uint32(0)
 	f.Places(func(rec *PlaceRecord) bool {
@@ -49,7 +49,13 @@ func TestFreezeLoadRoundtrip(t *testing.T) {
 			ev := genEvent(t)
 			_ = ix.Apply(&ev)
 		}
-		got := reload(t, ix)
+		var got *Index
+		if rapid.IntRange(0, 3).Draw(t, "prepared") == 0 {
+			// A hint large enough for the loader to fault memory in ahead.
+			got = load(t, ix.Freeze(), LoaderHint{Places: prepMinPlaces, HolderBlocks: prepMinPlaces, WorkerKeys: 4})
+		} else {
+			got = reload(t, ix)
+		}
 		if err := got.Verify(); err != nil {
 			t.Fatalf("loaded index: %v", err)
 		}
