@@ -52,27 +52,13 @@ func TestConcurrentReadsAndWrites(t *testing.T) {
 			}
 		}()
 	}
-	// Snapshots too: each copy is consistent (its places hold exactly the
-	// holder-blocks its stats count), however the index grows in between.
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for !done.Load() {
-			f := ix.Freeze()
-			hb := 0
-			f.Places(func(r *PlaceRecord) bool {
-				for _, h := range r.Holders {
-					hb += len(h.BlockHashes)
-				}
-				return true
-			})
-			if hb != f.Stats().HolderBlocks {
-				t.Errorf("frozen places hold %d holder-blocks, its stats %d", hb, f.Stats().HolderBlocks)
-				return
-			}
-			f.Release(ix)
-		}
-	}()
+	// Snapshots too, two at a time: each copy is consistent (its places
+	// hold exactly the holder-blocks its stats count), however the index
+	// grows in between.
+	for range 2 {
+		wg.Add(1)
+		go freezeUntil(t, ix, &done, &wg)
+	}
 	var writers sync.WaitGroup
 	writers.Add(1)
 	go func() {
@@ -97,5 +83,25 @@ func TestConcurrentReadsAndWrites(t *testing.T) {
 		if got, want := ix.Match(q, nil), ref.Match(q, nil); !slices.Equal(got, want) {
 			t.Fatalf("query %v: %v, model %v", q, got, want)
 		}
+	}
+}
+
+// freezeUntil freezes ix, checks and releases the copy, until done.
+func freezeUntil(t *testing.T, ix *Index, done *atomic.Bool, wg *sync.WaitGroup) {
+	defer wg.Done()
+	for !done.Load() {
+		f := ix.Freeze()
+		hb := 0
+		f.Places(func(r *PlaceRecord) bool {
+			for _, h := range r.Holders {
+				hb += len(h.BlockHashes)
+			}
+			return true
+		})
+		if hb != f.Stats().HolderBlocks {
+			t.Errorf("frozen places hold %d holder-blocks, its stats %d", hb, f.Stats().HolderBlocks)
+			return
+		}
+		f.Release(ix)
 	}
 }

@@ -95,15 +95,12 @@ type HolderRecord struct {
 // when there is none, or the index has grown, Freeze first makes room
 // without blocking events (see [Index.PrepareFreeze]).
 func (ix *Index) Freeze() *Frozen {
-	ix.PrepareFreeze()
+	// The copy this call prepared is its own until returned: two Freezes at
+	// once each copy into theirs.
+	f := ix.prepare()
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	start := time.Now()
-	f := ix.spare
-	ix.spare = nil
-	if f == nil {
-		f = &Frozen{}
-	}
 	defer func() { f.pause = time.Since(start) }()
 	f.stats = Stats{Entries: ix.entries(), HolderBlocks: ix.holderBlocks, WorkerKeys: len(ix.byKey), Counters: ix.counters}
 	f.counters, f.places = ix.counters, 0
@@ -145,6 +142,17 @@ func (ix *Index) Freeze() *Frozen {
 // its own (as recovery's Store does, to pair the copy with its WAL index)
 // calls PrepareFreeze before taking it.
 func (ix *Index) PrepareFreeze() {
+	f := ix.prepare()
+	ix.mu.Lock()
+	if ix.spare == nil {
+		ix.spare = f
+	}
+	ix.mu.Unlock()
+}
+
+// prepare takes the spare copy (or a new one) and sizes it as PrepareFreeze
+// describes; the caller owns the result.
+func (ix *Index) prepare() *Frozen {
 	ix.mu.Lock()
 	f := ix.spare
 	ix.spare = nil
@@ -175,12 +183,7 @@ func (ix *Index) PrepareFreeze() {
 			f.pages[si] = append(f.pages[si], touched(make([]place, 0, pageSize), placeBytes))
 		}
 	}
-
-	ix.mu.Lock()
-	if ix.spare == nil {
-		ix.spare = f
-	}
-	ix.mu.Unlock()
+	return f
 }
 
 // Sizes of the copied elements, to touch one per memory page.

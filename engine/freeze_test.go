@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -221,4 +222,23 @@ func TestTouchedSizes(t *testing.T) {
 	if n := unsafe.Sizeof(place{}); n != placeBytes {
 		t.Errorf("place is %d bytes, placeBytes says %d", n, placeBytes)
 	}
+}
+
+// TestLoaderOddHints: hints are only hints; none of these may panic, and
+// an abandoned loader can be closed.
+func TestLoaderOddHints(t *testing.T) {
+	for _, h := range []LoaderHint{
+		{},
+		{Places: -1, HolderBlocks: -1, WorkerKeys: -1},
+		{Places: prepMinPlaces, HolderBlocks: -100, WorkerKeys: 1},
+		{Places: prepMinPlaces, HolderBlocks: math.MaxInt, WorkerKeys: 1},
+		{Places: prepMinPlaces, HolderBlocks: prepMinPlaces, WorkerKeys: -1},
+		{Places: math.MaxInt, HolderBlocks: math.MaxInt, WorkerKeys: math.MaxInt},
+	} {
+		l := NewLoader(h)
+		l.Close()
+		l.Close()
+	}
+	l := NewLoader(LoaderHint{Places: prepMinPlaces, HolderBlocks: prepMinPlaces, WorkerKeys: 4})
+	l.Close() // abandoned while preparing
 }

@@ -61,13 +61,17 @@ func NewLoader(hint ...LoaderHint) *Loader {
 	l := &Loader{ix: New(), refs: []uint32{0}}
 	if len(hint) > 0 {
 		h := hint[0]
-		l.refs = make([]uint32, 1, h.Places+1)
-		if h.WorkerKeys > 0 {
-			// A little over the mean: most workers fill their lists once.
-			l.perWorker = h.HolderBlocks/h.WorkerKeys + h.HolderBlocks/h.WorkerKeys/4 + 16
+		if h.Places > 0 && h.Places <= prepMaxPlaces {
+			l.refs = make([]uint32, 1, h.Places+1)
 		}
-		if h.Places >= prepMinPlaces && h.Places <= prepMaxPlaces && h.WorkerKeys <= MaxWorkerKeys &&
-			l.perWorker*h.WorkerKeys <= prepMaxSlots {
+		if h.WorkerKeys > 0 && h.HolderBlocks > 0 {
+			// A little over the mean: most workers fill their lists once.
+			if mean := h.HolderBlocks / h.WorkerKeys; mean <= prepMaxSlots {
+				l.perWorker = mean + mean/4 + 16
+			}
+		}
+		if h.Places >= prepMinPlaces && h.Places <= prepMaxPlaces && h.WorkerKeys > 0 && h.WorkerKeys <= MaxWorkerKeys &&
+			l.perWorker > 0 && l.perWorker <= prepMaxSlots/h.WorkerKeys {
 			l.prep = startPrep(h.Places/shardCount/pageSize+2, h.WorkerKeys, l.perWorker)
 		}
 	}
@@ -281,14 +285,21 @@ func (ix *Index) holds(ref, id uint32) bool {
 	return false
 }
 
+// Close stops what a loader does in the background (faulting memory in
+// ahead) when it will not be finished, e.g. after an error. Finish calls it;
+// calling it again does nothing.
+func (l *Loader) Close() {
+	l.prep.end()
+	l.prep = nil
+}
+
 // Finish builds the hash tables, sets the counters (part of the state a
 // snapshot keeps) and returns the index. It fails when two records name the
 // same place or a worker holds one block hash twice. The tables are
 // independent of each other, so they are built on every processor. The
 // loader must not be used afterwards.
 func (l *Loader) Finish(c Counters) (*Index, error) {
-	l.prep.end()
-	l.prep = nil
+	l.Close()
 	ix := l.ix
 	l.ix = nil
 	tasks := shardCount + len(l.pending)

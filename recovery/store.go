@@ -293,13 +293,14 @@ func (s *Store) Snapshot(ctx context.Context) (path string, index uint64, err er
 	s.phase("write", index)
 	start := time.Now()
 	path, err = snapshot.Write(ctx, s.snapDir, f, snapshot.Meta{Index: index, Sources: sources})
+	pause := f.Pause()
 	f.Release(s.ix)
 	if err != nil {
 		return "", 0, fmt.Errorf("data dir %s: %w", s.dir, err)
 	}
 	s.lastSnap, s.haveSnap = SnapshotRef{Path: path, Index: index}, true
 	s.phase("published", index)
-	s.logger.Info("snapshot written", "path", path, "index", index, "duration", time.Since(start), "apply_pause", f.Pause())
+	s.logger.Info("snapshot written", "path", path, "index", index, "duration", time.Since(start), "apply_pause", pause)
 	removed, err := snapshot.Prune(s.snapDir, s.opts.KeepSnapshots)
 	for _, p := range removed {
 		s.logger.Info("snapshot pruned", "path", p)

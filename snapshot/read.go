@@ -421,6 +421,7 @@ func Load(ctx context.Context, path string) (*engine.Index, Meta, error) {
 		HolderBlocks: min(r.meta.Stats.HolderBlocks, size),
 		WorkerKeys:   min(r.meta.Stats.WorkerKeys, size),
 	})
+	defer l.Close()
 	// Decoding and loading overlap: this goroutine decodes places into
 	// batches (copies: the decoder reuses its record) and another hands them
 	// to the engine's loader, which fetches each batch's parents together.
