@@ -61,8 +61,9 @@ type loadRequest struct {
 type LoadOptions struct {
 	// Concurrency is the number of match clients; default 16.
 	Concurrency int
-	// Posters is the number of event posters; default Concurrency/4
-	// (at least 1).
+	// Posters is the number of event posters; default 4 (at most
+	// Concurrency). Fewer posters send bigger batches: on 2 cores 4 beat 16
+	// in both throughput and event lag.
 	Posters int
 	// Duration bounds the run; default 30s.
 	Duration time.Duration
@@ -76,7 +77,7 @@ func (o LoadOptions) withDefaults() (LoadOptions, error) {
 		o.Concurrency = 16
 	}
 	if o.Posters == 0 {
-		o.Posters = max(1, o.Concurrency/4)
+		o.Posters = min(4, max(1, o.Concurrency))
 	}
 	if o.Duration == 0 {
 		o.Duration = 30 * time.Second

@@ -97,7 +97,7 @@ or events will be rejected.`,
 	f.IntVar(&cfg.Capacity, "capacity", cfg.Capacity, "blocks each worker caches")
 	f.IntVar(&cfg.Duplicate, "duplicate", cfg.Duplicate, "copies of each trace record")
 	f.IntVar(&opts.Concurrency, "concurrency", opts.Concurrency, "concurrent match clients, one connection each")
-	f.IntVar(&opts.Posters, "posters", 0, "event posters, one connection each (default: concurrency/4)")
+	f.IntVar(&opts.Posters, "posters", 0, "event posters, one connection each (default: 4, at most --concurrency)")
 	f.DurationVar(&opts.Duration, "duration", opts.Duration, "longest run")
 	f.BoolVar(&asJSON, "json", false, "print the report as one JSON object")
 	f.BoolVar(&progress, "progress", false, "print progress on stderr even when it is not a terminal")
