@@ -26,7 +26,7 @@ type Loader struct {
 	// the same few worker keys, and a map lookup per holder shows.
 	recent [4096]recentWorker
 	// prep, when the hint allows, is memory faulted in ahead by another
-	// goroutine (see prepare).
+	// goroutine (see startPrep).
 	prep *loaderPrep
 }
 
