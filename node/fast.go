@@ -1,7 +1,6 @@
 package node
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -44,9 +43,7 @@ func (s *Server) fastServer() *fasthttp.Server {
 					s.sendFast(ctx, "match", s.match(ctx.PostBody()))
 					return
 				case "/v1/events":
-					// Not the request's context: fasthttp ends it at
-					// shutdown, when in-flight batches should finish.
-					s.sendFast(ctx, "events", s.ingest(context.Background(), ctx.PostBody()))
+					s.sendFast(ctx, "events", s.ingest(ctx.PostBody()))
 					return
 				}
 			}

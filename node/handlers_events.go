@@ -19,9 +19,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	// Not cancelled with the request: an in-flight batch should finish
-	// even when the client or (under fasthttp) the server goes away.
-	rep := s.ingest(context.WithoutCancel(r.Context()), buf.Bytes())
+	rep := s.ingest(buf.Bytes())
 	s.putBuf(buf)
 	rep.write(w)
 }
@@ -29,7 +27,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 // ingest answers POST /v1/events: decode the whole body (NDJSON or a JSON
 // array), append it as one batch, answer once durable and applied. The
 // events do not reference body.
-func (s *Server) ingest(ctx context.Context, body []byte) reply {
+func (s *Server) ingest(body []byte) reply {
 	st, rep := s.writableStore()
 	if rep != nil {
 		return *rep
@@ -41,7 +39,7 @@ func (s *Server) ingest(ctx context.Context, body []byte) reply {
 		}
 		return errorReply(http.StatusBadRequest, "decoding events: "+err.Error())
 	}
-	index, results, rep := s.appendEvents(ctx, st, events)
+	index, results, rep := s.appendEvents(st, events)
 	if rep != nil {
 		return *rep
 	}
@@ -94,10 +92,12 @@ func (s *Server) writableStore() (Store, *reply) {
 
 // appendEvents appends events as one batch, or returns the failure to
 // answer: 503 with Retry-After on overload, 503 and fencing when the WAL is
-// fenced, 500 otherwise.
-func (s *Server) appendEvents(ctx context.Context, st Store, events []engine.Event) (index uint64, results []error, _ *reply) {
+// fenced, 500 otherwise. Nothing cancels the wait: a batch in flight
+// finishes and is answered even when its client goes away or the server is
+// shutting down (fasthttp ends a request's context then).
+func (s *Server) appendEvents(st Store, events []engine.Event) (index uint64, results []error, _ *reply) {
 	fail := func(r reply) (uint64, []error, *reply) { return 0, nil, &r }
-	index, results, err := st.Append(ctx, events, nil)
+	index, results, err := st.Append(context.Background(), events, nil)
 	switch {
 	case err == nil:
 		if results != nil && len(results) != len(events) {
@@ -114,10 +114,6 @@ func (s *Server) appendEvents(ctx context.Context, st Store, events []engine.Eve
 	case errors.Is(err, wal.ErrFenced):
 		s.SetFenced(err)
 		return fail(errorReply(http.StatusServiceUnavailable, "ingest refused: the WAL is fenced until restart: "+err.Error()))
-	case ctx.Err() != nil:
-		// The client is gone; whether the batch was logged is unknown to it.
-		s.log.Debug("append abandoned by the client", "events", len(events), "err", err)
-		return fail(errorReply(http.StatusServiceUnavailable, "request cancelled: "+err.Error()))
 	default:
 		s.log.Error("append failed", "events", len(events), "err", err)
 		return fail(errorReply(http.StatusInternalServerError, "append failed: "+err.Error()))
@@ -150,9 +146,7 @@ func (s *Server) handleDeleteWorker(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ev := []engine.Event{{Worker: engine.WorkerKey{WorkerID: id}, Kind: engine.KindWorkerRemoved}}
-	// Not cancelled with the request: under fasthttp its context ends when
-	// the server shuts down, and an in-flight removal should still finish.
-	index, results, rep := s.appendEvents(context.WithoutCancel(r.Context()), st, ev)
+	index, results, rep := s.appendEvents(st, ev)
 	if rep != nil {
 		rep.write(w)
 		return

@@ -145,18 +145,18 @@ func (c *loadConn) readAnswer() (a answer, keep bool, err error) {
 		}
 		value = bytes.TrimSpace(value)
 		switch {
-		case asciiEqualFold(name, "Content-Length"):
+		case bytes.EqualFold(name, []byte("Content-Length")):
 			n, err := strconv.Atoi(string(value))
 			if err != nil || n < 0 {
 				return a, false, fmt.Errorf("malformed Content-Length %q", value)
 			}
 			length = n
-		case asciiEqualFold(name, "Transfer-Encoding"):
+		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
 			return a, false, fmt.Errorf("unsupported Transfer-Encoding %q", value)
-		case asciiEqualFold(name, "Retry-After"):
+		case bytes.EqualFold(name, []byte("Retry-After")):
 			a.retryAfter = true
-		case asciiEqualFold(name, "Connection"):
-			if asciiEqualFold(value, "close") {
+		case bytes.EqualFold(name, []byte("Connection")):
+			if bytes.EqualFold(value, []byte("close")) {
 				keep = false
 			}
 		}
@@ -180,23 +180,4 @@ func (c *loadConn) close() {
 		c.conn.Close()
 		c.conn = nil
 	}
-}
-
-func asciiEqualFold(b []byte, s string) bool {
-	if len(b) != len(s) {
-		return false
-	}
-	for i := range len(b) {
-		x, y := b[i], s[i]
-		if 'A' <= x && x <= 'Z' {
-			x += 'a' - 'A'
-		}
-		if 'A' <= y && y <= 'Z' {
-			y += 'a' - 'A'
-		}
-		if x != y {
-			return false
-		}
-	}
-	return true
 }
