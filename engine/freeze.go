@@ -197,6 +197,7 @@ const (
 // buf unchanged.
 func touched[T any](buf []T, elemBytes int) []T {
 	full := buf[:cap(buf)]
+	adviseHuge(full)
 	var zero T
 	for i := 0; i < len(full); i += max(1, 4096/elemBytes) {
 		full[i] = zero

@@ -63,6 +63,7 @@ func NewLoader(hint ...LoaderHint) *Loader {
 		h := hint[0]
 		if h.Places > 0 && h.Places <= prepMaxPlaces {
 			l.refs = make([]uint32, 1, h.Places+1)
+			adviseHuge(l.refs)
 		}
 		if h.WorkerKeys > 0 && h.HolderBlocks > 0 {
 			// A little over the mean: most workers fill their lists once.
@@ -197,6 +198,7 @@ func (l *Loader) Add(rec *PlaceRecord) error {
 				l.pending[id] = buf
 			default:
 				l.pending[id] = make([]revSlot, 0, l.perWorker)
+				adviseHuge(l.pending[id])
 			}
 		}
 		for i, bh := range hr.BlockHashes {
@@ -218,10 +220,8 @@ func (l *Loader) Add(rec *PlaceRecord) error {
 			if rec.Seq != rec.TokensHash {
 				ix.untrack(id, w)
 			}
-		case parent == 0 || !ix.holds(parent, id):
+		case parent == 0 || !ix.shards[refShard(parent)].addKidUnshared(refLocal(parent), id):
 			ix.untrack(id, w)
-		default:
-			ix.shards[refShard(parent)].addKids(refLocal(parent), id, 1)
 		}
 	}
 	l.refs = append(l.refs, ref)
@@ -272,17 +272,6 @@ func (l *Loader) worker(key WorkerKey) (uint32, *worker, error) {
 	}
 	*c = recentWorker{key: key, id: id, ok: true}
 	return id, w, nil
-}
-
-// holds reports whether worker id holds place ref. Writer only.
-func (ix *Index) holds(ref, id uint32) bool {
-	ps := &ix.shards[refShard(ref)]
-	for _, h := range ps.holders(ps.place(refLocal(ref))) {
-		if h.wid() == id {
-			return true
-		}
-	}
-	return false
 }
 
 // Close stops what a loader does in the background (faulting memory in
@@ -341,6 +330,7 @@ func (s *shard) buildTable() error {
 		return nil
 	}
 	s.table = make([]uint64, grownCap(s.places))
+	adviseHuge(s.table)
 	for local := uint32(1); local < s.nextNew; local++ {
 		p := s.place(local)
 		fp := fingerprint(keyHash(p.pos, p.th))
@@ -359,6 +349,7 @@ func (s *shard) buildTable() error {
 // buildRev builds the worker's reverse map from its blocks.
 func (w *worker) buildRev(blocks []revSlot) error {
 	w.rev.slots = make([]revSlot, grownCap(len(blocks)))
+	adviseHuge(w.rev.slots)
 	for _, b := range blocks {
 		at, stop := w.rev.findMixed(b.mixed())
 		if at >= 0 {

@@ -257,6 +257,7 @@ func (s *shard) insertAt(i int, slot uint64) {
 func (s *shard) resize(size int) {
 	old := s.table
 	s.table = make([]uint64, size)
+	adviseHuge(s.table)
 	for _, slot := range old {
 		if slot != 0 {
 			s.insertAt(home(uint32(slot>>32), size), slot)
@@ -298,6 +299,7 @@ func (s *shard) allocPlace() uint32 {
 	}
 	if int(local>>pageBits) == len(s.pages) {
 		s.pages = append(s.pages, make([]place, pageSize))
+		adviseHuge(s.pages[len(s.pages)-1])
 	}
 	s.nextNew++
 	return local
@@ -474,6 +476,30 @@ func (s *shard) addKids(local, wid uint32, delta int32) bool {
 			}
 		default:
 			atomic.StoreUint32((*uint32)(&hs[i]), uint32(hs[i])-kidsOne)
+		}
+		return true
+	}
+	return false
+}
+
+// addKidUnshared is addKids(local, wid, 1) for an index no query can see
+// yet (the loader's): a plain store, where addKids's atomic store is a
+// locked instruction that waits for every store before it, and the loader
+// has a store in flight to a reverse-map list for each block. It reports
+// whether wid holds the place.
+func (s *shard) addKidUnshared(local, wid uint32) bool {
+	hs := s.holders(s.place(local))
+	for i := range hs {
+		if hs[i].wid() != wid {
+			continue
+		}
+		if hs[i].kids() == kidsMax {
+			if s.bigKids == nil {
+				s.bigKids = map[uint64]uint32{}
+			}
+			s.bigKids[uint64(local)<<32|uint64(wid)]++
+		} else {
+			hs[i] += kidsOne
 		}
 		return true
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math"
+	"slices"
 
 	"github.com/golang/snappy"
 
@@ -228,10 +229,7 @@ type decoder struct {
 	// without an engine (Load leaves it to the engine, which counts anyway).
 	countEntries bool
 
-	raw     []byte
-	rec     engine.PlaceRecord
-	holders []engine.HolderRecord
-	hashes  []uint64
+	raw []byte
 
 	// Running state across chunks, in file order.
 	hasPrev     bool
@@ -300,15 +298,27 @@ func (c *entryCounter) grow() {
 // total returns the entries counted so far.
 func (c *entryCounter) total() int { return c.n }
 
-// errStop ends a scan early, without error.
-var errStop = errors.New("stop")
+// placeBatch holds decoded places: their records, and the holders and
+// block hashes those records' slices point into. Whoever holds a batch owns
+// all three; reset keeps the memory for the next chunk.
+type placeBatch struct {
+	recs    []engine.PlaceRecord
+	holders []engine.HolderRecord
+	hashes  []uint64
+}
 
-// chunk decodes one chunk and calls fn for every place with from <= position
-// <= to that has a selected holder (its Holders trimmed to the selected
-// ones). The record's ID is its ordinal, Parent its parent's ordinal. When
-// d.nextOrd is set, the chunk must start at that ordinal. An error from fn
-// ends the chunk and is returned as is.
-func (d *decoder) chunk(k, v []byte, from, to uint32, fn func(*engine.PlaceRecord) error) error {
+func (b *placeBatch) reset() {
+	b.recs, b.holders, b.hashes = b.recs[:0], b.holders[:0], b.hashes[:0]
+}
+
+// chunk decodes one chunk and appends to out every place with from <=
+// position <= to that has a selected holder (its Holders trimmed to the
+// selected ones). A record's ID is its ordinal, Parent its parent's ordinal.
+// When d.nextOrd is set, the chunk must start at that ordinal. Decoding
+// straight into the batch, rather than record by record into the
+// decoder's own buffers, spares a copy of every place on the way to the
+// engine's loader. On error, out holds the places decoded before it.
+func (d *decoder) chunk(k, v []byte, from, to uint32, out *placeBatch) error {
 	firstPos, _, err := parseChunkKey(k)
 	if err != nil {
 		return err
@@ -340,9 +350,7 @@ func (d *decoder) chunk(k, v []byte, from, to uint32, fn func(*engine.PlaceRecor
 	if d.nextOrd != 0 && h.firstOrd != d.nextOrd {
 		return fmt.Errorf("chunk starts at place %d, want %d: a chunk is missing or repeated", h.firstOrd, d.nextOrd)
 	}
-	if cap(d.hashes) < h.holderBlocks {
-		d.hashes = make([]uint64, 0, h.holderBlocks)
-	}
+	out.hashes = slices.Grow(out.hashes, h.holderBlocks)
 	ord := h.firstOrd
 	pos := firstPos
 	hbs := 0
@@ -385,8 +393,7 @@ func (d *decoder) chunk(k, v []byte, from, to uint32, fn func(*engine.PlaceRecor
 		if nh == 0 || nh > uint64(len(body)) {
 			return fmt.Errorf("place %d: bad holder count %d", ord, nh)
 		}
-		d.holders = d.holders[:0]
-		d.hashes = d.hashes[:0]
+		h0, x0 := len(out.holders), len(out.hashes)
 		w := int64(-1)
 		for range nh {
 			if x, body, err = uvarint(body); err != nil {
@@ -414,22 +421,22 @@ func (d *decoder) chunk(k, v []byte, from, to uint32, fn func(*engine.PlaceRecor
 				body = body[8*nb:]
 				continue
 			}
-			start := len(d.hashes)
+			start := len(out.hashes)
 			for j := uint64(0); j < nb; j++ {
-				d.hashes = append(d.hashes, binary.LittleEndian.Uint64(body[8*j:]))
+				out.hashes = append(out.hashes, binary.LittleEndian.Uint64(body[8*j:]))
 			}
 			body = body[8*nb:]
-			d.holders = append(d.holders, engine.HolderRecord{Worker: d.workers[w], BlockHashes: d.hashes[start:len(d.hashes):len(d.hashes)]})
+			out.holders = append(out.holders, engine.HolderRecord{Worker: d.workers[w], BlockHashes: out.hashes[start:len(out.hashes):len(out.hashes)]})
 		}
 		var parent uint32
 		if pd != 0 {
 			parent = uint32(ord - pd)
 		}
-		if len(d.holders) > 0 && pos >= from && pos <= to {
-			d.rec = engine.PlaceRecord{ID: uint32(ord), Parent: parent, Position: pos, TokensHash: th, Seq: seq, Holders: d.holders}
-			if err := fn(&d.rec); err != nil {
-				return err
-			}
+		if len(out.holders) > h0 && pos >= from && pos <= to {
+			out.recs = append(out.recs, engine.PlaceRecord{ID: uint32(ord), Parent: parent, Position: pos, TokensHash: th, Seq: seq,
+				Holders: out.holders[h0:len(out.holders):len(out.holders)]})
+		} else {
+			out.holders, out.hashes = out.holders[:h0], out.hashes[:x0]
 		}
 		ord++
 	}

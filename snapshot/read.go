@@ -42,7 +42,10 @@ type Reader struct {
 }
 
 // Open opens a snapshot read-only and checks its meta and worker table.
-func Open(path string) (r *Reader, err error) {
+func Open(path string) (*Reader, error) { return open(path, 0) }
+
+// open is Open with extra flags for bbolt's memory map.
+func open(path string, mmapFlags int) (r *Reader, err error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot %s: %w", path, err)
@@ -59,7 +62,7 @@ func Open(path string) (r *Reader, err error) {
 			r, err = nil, corrupt(path, "unreadable (bbolt panicked: %v)", p)
 		}
 	}()
-	db, err := bolt.Open(path, 0, &bolt.Options{ReadOnly: true, Timeout: time.Second, InitialMmapSize: int(fi.Size())})
+	db, err := bolt.Open(path, 0, &bolt.Options{ReadOnly: true, Timeout: time.Second, InitialMmapSize: int(fi.Size()), MmapFlags: mmapFlags})
 	if err != nil {
 		if errors.Is(err, bolt.ErrInvalid) || errors.Is(err, bolt.ErrChecksum) || errors.Is(err, bolt.ErrVersionMismatch) {
 			return nil, corrupt(path, "%v", err)
@@ -228,6 +231,7 @@ func (r *Reader) Scan(ctx context.Context, from, to uint32, workers []engine.Wor
 		return nil
 	}
 	d := &decoder{workers: r.workers}
+	var out placeBatch
 	if len(workers) > 0 {
 		d.sel = make([]bool, len(r.workers))
 		for _, w := range workers {
@@ -263,7 +267,6 @@ func (r *Reader) Scan(ctx context.Context, from, to uint32, workers []engine.Wor
 			return nil
 		}
 		k, v := c.Seek(start)
-		stopped := false
 		for ; k != nil; k, v = c.Next() {
 			if err := ctx.Err(); err != nil {
 				return fmt.Errorf("snapshot %s: %w", r.path, err)
@@ -272,18 +275,14 @@ func (r *Reader) Scan(ctx context.Context, from, to uint32, workers []engine.Wor
 				break
 			}
 			d.hasPrev, d.nextOrd = false, 0 // chunks are checked one by one
-			err := d.chunk(k, v, from, to, func(rec *engine.PlaceRecord) error {
-				if !yield(rec) {
-					stopped = true
-					return errStop
-				}
-				return nil
-			})
-			if stopped {
-				return nil
-			}
-			if err != nil {
+			out.reset()
+			if err := d.chunk(k, v, from, to, &out); err != nil {
 				return corrupt(r.path, "chunk %x: %v", k, err)
+			}
+			for i := range out.recs {
+				if !yield(&out.recs[i]) {
+					return nil
+				}
 			}
 		}
 		return nil
@@ -303,10 +302,12 @@ func (r *Reader) view(fn func(*bolt.Tx) error) (err error) {
 }
 
 // each decodes every chunk in order, checking the whole file: chunk order
-// and sequence, the data checksum and the meta's counts. fn sees every place.
-func (r *Reader) each(ctx context.Context, countEntries bool, fn func(*engine.PlaceRecord) error) error {
+// and sequence, the data checksum and the meta's counts. fn gets each
+// chunk's places in a batch it then owns, and returns an empty batch for the
+// next chunk (the same one, reset, when it keeps nothing).
+func (r *Reader) each(ctx context.Context, countEntries bool, fn func(*placeBatch) (*placeBatch, error)) error {
 	d := &decoder{workers: r.workers, nextOrd: 1, countEntries: countEntries}
-	var fnErr error
+	out := &placeBatch{}
 	err := r.view(func(tx *bolt.Tx) error {
 		crc := checksumUpdate(0, tx.Bucket(bucketWorkers).Get(workersKey))
 		c := tx.Bucket(bucketPlaces).Cursor()
@@ -329,17 +330,11 @@ func (r *Reader) each(ctx context.Context, countEntries bool, fn func(*engine.Pl
 				return corrupt(r.path, "chunk %x: sequence number %d, want %d", k, s, seq)
 			}
 			seq++
-			if err := d.chunk(k, v, 0, math.MaxUint32, func(rec *engine.PlaceRecord) error {
-				if err := fn(rec); err != nil {
-					fnErr = err
-					return err
-				}
-				return nil
-			}); err != nil {
-				if fnErr != nil {
-					return fnErr
-				}
+			if err := d.chunk(k, v, 0, math.MaxUint32, out); err != nil {
 				return corrupt(r.path, "chunk %x: %v", k, err)
+			}
+			if out, err = fn(out); err != nil {
+				return err
 			}
 		}
 		m := r.meta
@@ -364,48 +359,21 @@ func (r *Reader) each(ctx context.Context, countEntries bool, fn func(*engine.Pl
 // Verify reads the whole file and checks it as Load does, without building
 // an index (worker keys holding no block are caught by Load only).
 func (r *Reader) Verify(ctx context.Context) error {
-	return r.each(ctx, true, func(*engine.PlaceRecord) error { return nil })
+	return r.each(ctx, true, func(b *placeBatch) (*placeBatch, error) {
+		b.reset()
+		return b, nil
+	})
 }
 
 // errLoadFailed stops decoding once the loader has failed (its error is
 // the one reported).
 var errLoadFailed = errors.New("load failed")
 
-// loadBatchSize is how many places Load hands the engine's loader at once.
-const loadBatchSize = 512
-
-// loadBatch holds copies of decoded places (the decoder reuses its record).
-type loadBatch struct {
-	recs    []engine.PlaceRecord
-	holders []engine.HolderRecord
-	hashes  []uint64
-}
-
-// add copies rec into the batch and returns the batch's length.
-func (b *loadBatch) add(rec *engine.PlaceRecord) int {
-	h0 := len(b.holders)
-	for _, h := range rec.Holders {
-		x0 := len(b.hashes)
-		b.hashes = append(b.hashes, h.BlockHashes...)
-		b.holders = append(b.holders, engine.HolderRecord{Worker: h.Worker, BlockHashes: b.hashes[x0:len(b.hashes):len(b.hashes)]})
-	}
-	c := *rec
-	c.Holders = b.holders[h0:len(b.holders):len(b.holders)]
-	b.recs = append(b.recs, c)
-	return len(b.recs)
-}
-
-// reset empties the batch, keeping its memory. The slices of the records
-// added so far must no longer be used.
-func (b *loadBatch) reset() {
-	b.recs, b.holders, b.hashes = b.recs[:0], b.holders[:0], b.hashes[:0]
-}
-
 // Load reads the snapshot at path into a new index and returns it with the
 // snapshot's meta. Any defect of the file is an error matching ErrCorrupt
 // that names the file and the defect.
 func Load(ctx context.Context, path string) (*engine.Index, Meta, error) {
-	r, err := Open(path)
+	r, err := open(path, populate)
 	if err != nil {
 		return nil, Meta{}, err
 	}
@@ -422,12 +390,12 @@ func Load(ctx context.Context, path string) (*engine.Index, Meta, error) {
 		WorkerKeys:   min(r.meta.Stats.WorkerKeys, size),
 	})
 	defer l.Close()
-	// Decoding and loading overlap: this goroutine decodes places into
-	// batches (copies: the decoder reuses its record) and another hands them
-	// to the engine's loader, which fetches each batch's parents together.
-	batches, free := make(chan *loadBatch, 2), make(chan *loadBatch, 3)
-	for range cap(free) {
-		free <- &loadBatch{}
+	// Decoding and loading overlap: this goroutine decodes each chunk into
+	// a batch and another hands the batch to the engine's loader, which
+	// fetches the batch's parents together.
+	batches, free := make(chan *placeBatch, 2), make(chan *placeBatch, 3)
+	for range cap(free) - 1 {
+		free <- &placeBatch{}
 	}
 	var failed atomic.Bool
 	loaded := make(chan error, 1)
@@ -455,23 +423,15 @@ func Load(ctx context.Context, path string) (*engine.Index, Meta, error) {
 			free <- b
 		}
 	}()
-	b := <-free
 	// The loaded index counts entries itself; they are compared with the
 	// meta below.
-	err = r.each(ctx, false, func(rec *engine.PlaceRecord) error {
-		if b.add(rec) < loadBatchSize {
-			return nil
-		}
+	err = r.each(ctx, false, func(b *placeBatch) (*placeBatch, error) {
 		if failed.Load() {
-			return errLoadFailed
+			return nil, errLoadFailed
 		}
 		batches <- b
-		b = <-free
-		return nil
+		return <-free, nil
 	})
-	if err == nil && len(b.recs) > 0 {
-		batches <- b
-	}
 	close(batches)
 	if lerr := <-loaded; lerr != nil {
 		return nil, Meta{}, lerr

@@ -1,0 +1,5 @@
+//go:build !linux
+
+package snapshot
+
+const populate = 0
