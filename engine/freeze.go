@@ -30,7 +30,7 @@ type placesScratch struct {
 	liveD, perPos    []int32
 	ord, start, fill []int32
 	spans            []span
-	holds            []hold
+	holds, bucket    []hold
 	bhs              []uint64
 	holders          []HolderRecord
 }
@@ -41,9 +41,11 @@ type span struct {
 	th, seq uint64
 }
 
+// hold is one (worker, block hash) pair of a place, o being the place's
+// output ordinal (it fills what would be padding).
 type hold struct {
-	w  uint32
-	bh uint64
+	w, o uint32
+	bh   uint64
 }
 
 // resized returns buf with length n, reusing its memory when it suffices;
@@ -197,7 +199,6 @@ const (
 // buf unchanged.
 func touched[T any](buf []T, elemBytes int) []T {
 	full := buf[:cap(buf)]
-	adviseHuge(full)
 	var zero T
 	for i := 0; i < len(full); i += max(1, 4096/elemBytes) {
 		full[i] = zero
@@ -314,17 +315,41 @@ func (f *Frozen) Places(yield func(*PlaceRecord) bool) {
 		start[o] += start[o-1]
 	}
 	holds := resized(sc.holds, int(start[len(start)-1]), false)
-	fill := append(sc.fill[:0], start...)
-	sc.holds, sc.fill = holds, fill
+	sc.holds = holds
+	// Scattering pairs straight to their places missed the cache on nearly
+	// every one (a 10M holder-block index has 160 MB of them). Instead,
+	// pairs go first to buckets of bucketPlaces consecutive places, each
+	// bucket filled in order, so that only one cache line a bucket is being
+	// written at a time; then each bucket, small enough to stay in cache, is
+	// sorted to its places. Both passes keep the pairs in worker order.
+	const bucketBits = 12
+	buckets := (len(spans) + 1<<bucketBits - 1) >> bucketBits
+	fill := sc.fill[:0]
+	for b := range buckets {
+		fill = append(fill, start[b<<bucketBits])
+	}
 	for w, slots := range f.revs {
 		for _, s := range slots {
 			if s.ref != 0 {
 				o := ord[dense(s.ref)] - 1
-				holds[fill[o]] = hold{w: uint32(w), bh: unmix64(s.mixed())}
-				fill[o]++
+				b := o >> bucketBits
+				holds[fill[b]] = hold{w: uint32(w), o: uint32(o), bh: unmix64(s.mixed())}
+				fill[b]++
 			}
 		}
 	}
+	bucket := sc.bucket
+	for b := range buckets {
+		lo, hi := b<<bucketBits, min((b+1)<<bucketBits, len(spans))
+		bucket = append(bucket[:0], holds[start[lo]:start[hi]]...)
+		fill = append(fill[:0], start[lo:hi]...)
+		for _, h := range bucket {
+			i := int(h.o) - lo
+			holds[fill[i]] = h
+			fill[i]++
+		}
+	}
+	sc.fill, sc.bucket = fill, bucket
 	// Resolve parent links to ordinals in a pass of their own: its random
 	// reads overlap one another here, which they would not between yields.
 	// A link goes stale when its parent is freed and the slot reused; those

@@ -2,32 +2,36 @@ package engine
 
 import "unsafe"
 
-// Large engine allocations (slab pages, shard tables, reverse maps, the
-// loader's lists, a freeze's copy) are advised to the kernel as transparent
-// huge page candidates before their first touch. On this project's VMs a
-// fresh 4 KiB page costs about 3 ms a MiB to fault in, and a 10M
-// holder-block index faults in close to 1 GB; 2 MiB pages cost a fraction of
-// that (the 10M restart took ~8% less for this alone). The Go runtime no
-// longer advises its heap itself, and on kernels set to "madvise" (the
-// common default) nothing else would.
+// The snapshot loader advises the memory it builds (slab pages, shard
+// tables, reverse maps) and its own lists to the kernel as transparent huge
+// page candidates before first touching it. On this project's VMs a fresh
+// 4 KiB page costs about 3 ms a MiB to fault in, and loading a 10M
+// holder-block index faults in close to 1 GB: with huge pages the 10M
+// restart took 2.3-3.6 s instead of 3.7-5.3 s in alternating runs. The Go
+// runtime does not advise its heap, and kernels set to "madvise" (the usual
+// default) would not use huge pages for it otherwise.
+//
+// Only the loader does it. The same VMs serve random reads and writes from
+// huge pages more slowly than from 4 KiB pages (a freeze's Places pass took
+// twice as long, the apply benchmark ~8% longer, a match's p50 ~15%), so
+// an index built by events, and the copies snapshots are written from, keep
+// 4 KiB pages. A loaded index keeps the loader's huge pages: a restart
+// is rare, and its speed is what brings a router node back.
 //
 // The advice covers the 2 MiB-aligned range around the allocation: Go heap
-// arenas are 64 MiB-aligned mappings, so that range is heap too, and a
-// neighbouring allocation sharing it only gains. Memory freed later may stay
-// resident in huge pages until the heap reuses it, which bounds it by the
-// index's own peak.
+// arenas are 64 MiB-aligned mappings, so the range is heap too.
 
 // hugeAdviceMin is the smallest allocation worth a system call: one slab
 // page.
 const hugeAdviceMin = 32 << 10
 
-// adviseHuge advises buf's backing array (all of its capacity) for huge
-// pages. It is a hint: errors are ignored, and it does nothing off Linux.
-func adviseHuge[T any](buf []T) {
+// hugeAdvised advises buf's backing array (all of its capacity) for huge
+// pages and returns buf. It is a hint: errors are ignored, and it does
+// nothing off Linux.
+func hugeAdvised[T any](buf []T) []T {
 	var zero T
-	n := uintptr(cap(buf)) * unsafe.Sizeof(zero)
-	if n < hugeAdviceMin {
-		return
+	if n := uintptr(cap(buf)) * unsafe.Sizeof(zero); n >= hugeAdviceMin {
+		adviseHugeRange(uintptr(unsafe.Pointer(unsafe.SliceData(buf))), n)
 	}
-	adviseHugeRange(uintptr(unsafe.Pointer(unsafe.SliceData(buf))), n)
+	return buf
 }

@@ -62,8 +62,7 @@ func NewLoader(hint ...LoaderHint) *Loader {
 	if len(hint) > 0 {
 		h := hint[0]
 		if h.Places > 0 && h.Places <= prepMaxPlaces {
-			l.refs = make([]uint32, 1, h.Places+1)
-			adviseHuge(l.refs)
+			l.refs = hugeAdvised(make([]uint32, 1, h.Places+1))
 		}
 		if h.WorkerKeys > 0 && h.HolderBlocks > 0 {
 			// A little over the mean: most workers fill their lists once.
@@ -102,7 +101,7 @@ func startPrep(pagesPerShard, workers, perWorker int) *loaderPrep {
 		for round, sent := 0, 0; round < pagesPerShard || sent < workers; round++ {
 			for n := 0; n < perRound && sent < workers; n, sent = n+1, sent+1 {
 				select {
-				case p.pending <- touched(make([]revSlot, 0, perWorker), revSlotBytes):
+				case p.pending <- touched(hugeAdvised(make([]revSlot, 0, perWorker)), revSlotBytes):
 				case <-p.stop:
 					return
 				}
@@ -112,7 +111,7 @@ func startPrep(pagesPerShard, workers, perWorker int) *loaderPrep {
 			}
 			for si := range p.pages {
 				select {
-				case p.pages[si] <- touched(make([]place, pageSize), placeBytes):
+				case p.pages[si] <- touched(hugeAdvised(make([]place, pageSize)), placeBytes):
 				case <-p.stop:
 					return
 				}
@@ -197,8 +196,7 @@ func (l *Loader) Add(rec *PlaceRecord) error {
 			case buf := <-l.prep.pendingList():
 				l.pending[id] = buf
 			default:
-				l.pending[id] = make([]revSlot, 0, l.perWorker)
-				adviseHuge(l.pending[id])
+				l.pending[id] = hugeAdvised(make([]revSlot, 0, l.perWorker))
 			}
 		}
 		for i, bh := range hr.BlockHashes {
@@ -329,8 +327,7 @@ func (s *shard) buildTable() error {
 	if s.places == 0 {
 		return nil
 	}
-	s.table = make([]uint64, grownCap(s.places))
-	adviseHuge(s.table)
+	s.table = hugeAdvised(make([]uint64, grownCap(s.places)))
 	for local := uint32(1); local < s.nextNew; local++ {
 		p := s.place(local)
 		fp := fingerprint(keyHash(p.pos, p.th))
@@ -348,8 +345,7 @@ func (s *shard) buildTable() error {
 
 // buildRev builds the worker's reverse map from its blocks.
 func (w *worker) buildRev(blocks []revSlot) error {
-	w.rev.slots = make([]revSlot, grownCap(len(blocks)))
-	adviseHuge(w.rev.slots)
+	w.rev.slots = hugeAdvised(make([]revSlot, grownCap(len(blocks))))
 	for _, b := range blocks {
 		at, stop := w.rev.findMixed(b.mixed())
 		if at >= 0 {

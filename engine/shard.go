@@ -257,7 +257,6 @@ func (s *shard) insertAt(i int, slot uint64) {
 func (s *shard) resize(size int) {
 	old := s.table
 	s.table = make([]uint64, size)
-	adviseHuge(s.table)
 	for _, slot := range old {
 		if slot != 0 {
 			s.insertAt(home(uint32(slot>>32), size), slot)
@@ -299,7 +298,6 @@ func (s *shard) allocPlace() uint32 {
 	}
 	if int(local>>pageBits) == len(s.pages) {
 		s.pages = append(s.pages, make([]place, pageSize))
-		adviseHuge(s.pages[len(s.pages)-1])
 	}
 	s.nextNew++
 	return local
