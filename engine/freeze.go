@@ -29,6 +29,7 @@ type placesScratch struct {
 	live             []span
 	liveD, perPos    []int32
 	ord, start, fill []int32
+	ords             []int32
 	spans            []span
 	holds, bucket    []hold
 	bhs              []uint64
@@ -301,16 +302,20 @@ func (f *Frozen) Places(yield func(*PlaceRecord) bool) {
 	}
 	// Counting sort of the reverse maps' (worker, block hash) pairs into
 	// output order: workers are visited in key order, so each place's
-	// holders come sorted.
+	// holders come sorted. The count pass looks each pair's ordinal up
+	// once (a read that misses the cache) and keeps it for the next pass.
 	start := resized(sc.start, len(spans)+1, true)
-	sc.start = start
+	ords := slices.Grow(sc.ords[:0], f.stats.HolderBlocks)
 	for _, slots := range f.revs {
 		for _, s := range slots {
 			if s.ref != 0 {
-				start[ord[dense(s.ref)]]++
+				o := ord[dense(s.ref)]
+				start[o]++
+				ords = append(ords, o-1)
 			}
 		}
 	}
+	sc.start, sc.ords = start, ords
 	for o := 1; o < len(start); o++ {
 		start[o] += start[o-1]
 	}
@@ -318,27 +323,35 @@ func (f *Frozen) Places(yield func(*PlaceRecord) bool) {
 	sc.holds = holds
 	// Scattering pairs straight to their places missed the cache on nearly
 	// every one (a 10M holder-block index has 160 MB of them). Instead,
-	// pairs go first to buckets of bucketPlaces consecutive places, each
+	// pairs go first to buckets of 1<<bucketBits consecutive places, each
 	// bucket filled in order, so that only one cache line a bucket is being
 	// written at a time; then each bucket, small enough to stay in cache, is
-	// sorted to its places. Both passes keep the pairs in worker order.
+	// sorted to its places just before they are yielded (so that a
+	// consumer on another goroutine starts early). Both passes keep the
+	// pairs in worker order.
 	const bucketBits = 12
 	buckets := (len(spans) + 1<<bucketBits - 1) >> bucketBits
 	fill := sc.fill[:0]
 	for b := range buckets {
 		fill = append(fill, start[b<<bucketBits])
 	}
+	k := 0
 	for w, slots := range f.revs {
 		for _, s := range slots {
 			if s.ref != 0 {
-				o := ord[dense(s.ref)] - 1
+				o := ords[k]
+				k++
 				b := o >> bucketBits
 				holds[fill[b]] = hold{w: uint32(w), o: uint32(o), bh: unmix64(s.mixed())}
 				fill[b]++
 			}
 		}
 	}
+	var rec PlaceRecord
+	rec.Holders = sc.holders[:0]
+	bhs := sc.bhs[:0]
 	bucket := sc.bucket
+	defer func() { sc.holders, sc.bhs, sc.fill, sc.bucket = rec.Holders[:0], bhs[:0], fill, bucket }()
 	for b := range buckets {
 		lo, hi := b<<bucketBits, min((b+1)<<bucketBits, len(spans))
 		bucket = append(bucket[:0], holds[start[lo]:start[hi]]...)
@@ -348,43 +361,39 @@ func (f *Frozen) Places(yield func(*PlaceRecord) bool) {
 			holds[fill[i]] = h
 			fill[i]++
 		}
-	}
-	sc.fill, sc.bucket = fill, bucket
-	// Resolve parent links to ordinals in a pass of their own: its random
-	// reads overlap one another here, which they would not between yields.
-	// A link goes stale when its parent is freed and the slot reused; those
-	// that skip a position are dropped here, and the loader checks that the
-	// rest chain to their child.
-	for o := range spans {
-		s := &spans[o]
-		pid := int32(0)
-		if s.parent >= 0 {
-			if p := ord[s.parent]; p != 0 && p <= int32(o) && spans[p-1].pos+1 == s.pos {
-				pid = p
+		// Resolve parent links to ordinals in a pass of their own: its
+		// random reads overlap one another here, which they would not
+		// between yields. A link goes stale when its parent is freed and
+		// the slot reused; those that skip a position are dropped here, and
+		// the loader checks that the rest chain to their child.
+		for o := lo; o < hi; o++ {
+			s := &spans[o]
+			pid := int32(0)
+			if s.parent >= 0 {
+				if p := ord[s.parent]; p != 0 && p <= int32(o) && spans[p-1].pos+1 == s.pos {
+					pid = p
+				}
 			}
+			s.parent = pid
 		}
-		s.parent = pid
-	}
-	var rec PlaceRecord
-	rec.Holders = sc.holders[:0]
-	bhs := sc.bhs[:0]
-	defer func() { sc.holders, sc.bhs = rec.Holders[:0], bhs[:0] }()
-	for o, s := range spans {
-		hs := holds[start[o]:start[o+1]]
-		rec = PlaceRecord{ID: uint32(o + 1), Parent: uint32(s.parent), Position: s.pos, TokensHash: s.th, Seq: s.seq, Holders: rec.Holders[:0]}
-		bhs = bhs[:0]
-		for _, h := range hs {
-			bhs = append(bhs, h.bh)
-		}
-		for k := 0; k < len(hs); {
-			w, from := hs[k].w, k
-			for k < len(hs) && hs[k].w == w {
-				k++
+		for o := lo; o < hi; o++ {
+			s := &spans[o]
+			hs := holds[start[o]:start[o+1]]
+			rec = PlaceRecord{ID: uint32(o + 1), Parent: uint32(s.parent), Position: s.pos, TokensHash: s.th, Seq: s.seq, Holders: rec.Holders[:0]}
+			bhs = bhs[:0]
+			for _, h := range hs {
+				bhs = append(bhs, h.bh)
 			}
-			rec.Holders = append(rec.Holders, HolderRecord{Worker: f.keys[w], BlockHashes: bhs[from:k:k], WorkerIndex: w})
-		}
-		if !yield(&rec) {
-			return
+			for k := 0; k < len(hs); {
+				w, from := hs[k].w, k
+				for k < len(hs) && hs[k].w == w {
+					k++
+				}
+				rec.Holders = append(rec.Holders, HolderRecord{Worker: f.keys[w], BlockHashes: bhs[from:k:k], WorkerIndex: w})
+			}
+			if !yield(&rec) {
+				return
+			}
 		}
 	}
 }

@@ -198,27 +198,53 @@ func (e *encoder) add(rec *engine.PlaceRecord, ord, parentOrd uint64, widx func(
 	return nil
 }
 
-// appendValue appends the chunk value (header and snappy block) to arena
-// and returns arena and the value. When arena has no room for it, the
-// value gets a slice of its own (and arena is returned unchanged): values
-// already in arena must stay put, since bbolt keeps them until the
-// transaction commits.
-func (e *encoder) appendValue(arena []byte) (_, v []byte) {
+// appendValue appends the chunk value (header and snappy block) to dst.
+// With stored set, the block holds the body as one literal, uncompressed:
+// still a snappy block, read as any other.
+func (e *encoder) appendValue(dst []byte, stored bool) []byte {
 	h := chunkHeader{lastPos: e.lastPos, firstOrd: e.firstOrd, places: e.places, holderBlocks: e.hbs}
-	need := 4*binary.MaxVarintLen64 + snappy.MaxEncodedLen(len(e.body))
-	if cap(arena)-len(arena) < need {
-		v = make([]byte, 0, need)
-	} else {
-		v = arena[len(arena):len(arena):cap(arena)]
+	dst = slices.Grow(dst, 4*binary.MaxVarintLen64+snappy.MaxEncodedLen(len(e.body)))
+	dst = appendChunkHeader(dst, h)
+	if stored {
+		return appendSnappyStored(dst, e.body)
 	}
-	v = appendChunkHeader(v, h)
-	enc := snappy.Encode(v[len(v):cap(v)], e.body)
-	v = v[: len(v)+len(enc) : len(v)+len(enc)]
-	if cap(arena)-len(arena) >= need {
-		arena = arena[:len(arena)+len(v)]
-	}
-	return arena, v
+	enc := snappy.Encode(dst[len(dst):cap(dst)], e.body)
+	return dst[:len(dst)+len(enc)]
 }
+
+// chunkOut is one chunk's bbolt key and value.
+type chunkOut struct {
+	key, value []byte
+}
+
+// appendSnappyStored appends src to dst as a snappy block of one literal:
+// the decoded length, a literal tag with the length less one (in the tag
+// itself below 60, else in 1 to 4 little-endian bytes after it), src.
+func appendSnappyStored(dst, src []byte) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(src)))
+	if len(src) == 0 {
+		return dst
+	}
+	switch n := uint32(len(src) - 1); {
+	case n < 60:
+		dst = append(dst, byte(n)<<2)
+	case n < 1<<8:
+		dst = append(dst, 60<<2, byte(n))
+	case n < 1<<16:
+		dst = append(dst, 61<<2, byte(n), byte(n>>8))
+	case n < 1<<24:
+		dst = append(dst, 62<<2, byte(n), byte(n>>8), byte(n>>16))
+	default:
+		dst = append(dst, 63<<2, byte(n), byte(n>>8), byte(n>>16), byte(n>>24))
+	}
+	return append(dst, src...)
+}
+
+// storeRun is how many chunks are stored uncompressed after one that
+// snappy shrank by less than a twentieth: block hashes are random, and
+// compressing them cost a tenth of a write for nothing. Every storeRun+1st
+// chunk is compressed again, to notice data that does compress.
+const storeRun = 15
 
 // decoder decodes chunks back into place records, checking everything that
 // does not need the engine: order, ranges, references, counts.

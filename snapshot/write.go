@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -152,11 +153,13 @@ func writeFile(ctx context.Context, path string, f *engine.Frozen, meta Meta, o 
 		return err
 	}
 
-	// Encoded chunk bodies go to a writer goroutine that compresses them
-	// and puts them in batches of about txBytes per transaction; their
-	// buffers come back through free.
-	chunks := make(chan encoder, 4)
-	free := make(chan []byte, 6)
+	// Chunk values (encoded and compressed here) go to a writer goroutine
+	// that puts them in batches of about txBytes per transaction; their
+	// buffers come back through free. Compressing here rather than there
+	// balances the two: the writer's share (bbolt copying values into
+	// pages, and the file writes) is the larger.
+	chunks := make(chan chunkOut, 4)
+	free := make(chan chunkOut, 6)
 	werr := make(chan error, 1)
 	go func() {
 		var err error
@@ -166,16 +169,22 @@ func writeFile(ctx context.Context, path string, f *engine.Frozen, meta Meta, o 
 		// A transaction's values are carved from one arena, reused after
 		// each commit: fresh memory is slow to fault in, and 20 bytes a
 		// holder-block of short-lived values would also feed the collector.
+		// bbolt keeps the values it is given until the commit.
 		arena := make([]byte, 0, o.txBytes+2*o.chunkBytes)
-		for e := range chunks {
+		for c := range chunks {
 			if err != nil {
 				continue // drain
 			}
-			k := chunkKey(e.firstPos, e.seq)
-			var v []byte
-			arena, v = e.appendValue(arena)
+			k := c.key
+			v := c.value
+			if cap(arena)-len(arena) >= len(v) {
+				arena = append(arena, v...)
+				v = arena[len(arena)-len(v) : len(arena) : len(arena)]
+			} else {
+				v = bytes.Clone(v)
+			}
 			select {
-			case free <- e.body[:0]:
+			case free <- c:
 			default:
 			}
 			crc = checksumUpdate(checksumUpdate(crc, k), v)
@@ -223,14 +232,24 @@ func writeFile(ctx context.Context, path string, f *engine.Frozen, meta Meta, o 
 		i, ok := index[h.Worker]
 		return i, ok
 	}
+	var out chunkOut
+	stored := 0 // chunks still to store uncompressed (see storeRun)
 	flush := func() {
 		enc.seq = seqNo
-		chunks <- enc
+		out.key = chunkKey(enc.firstPos, enc.seq)
+		out.value = enc.appendValue(out.value[:0], stored > 0)
+		switch {
+		case stored > 0:
+			stored--
+		case len(out.value) > len(enc.body)-len(enc.body)/20:
+			stored = storeRun
+		}
+		chunks <- out
 		seqNo++
 		select {
-		case enc.body = <-free:
+		case out = <-free:
 		default:
-			enc.body = make([]byte, 0, o.chunkBytes+o.chunkBytes/4)
+			out = chunkOut{}
 		}
 		enc.reset(ord + 1)
 	}
