@@ -242,3 +242,59 @@ func TestLoaderOddHints(t *testing.T) {
 	l := NewLoader(LoaderHint{Places: prepMinPlaces, HolderBlocks: prepMinPlaces, WorkerKeys: 4})
 	l.Close() // abandoned while preparing
 }
+
+// A place or block listed twice must be caught however far apart the two
+// records are.
+func TestLoaderFindsDuplicatesAmongMany(t *testing.T) {
+	const n = 5000
+	many := func(dupPlace, dupBlock bool) []PlaceRecord {
+		var recs []PlaceRecord
+		for i := range n {
+			recs = append(recs, PlaceRecord{ID: uint32(i + 1), Position: 0, TokensHash: uint64(i + 1), Seq: uint64(i + 1),
+				Holders: []HolderRecord{{Worker: w0, BlockHashes: []uint64{uint64(i + 1)}}}})
+		}
+		last := PlaceRecord{ID: n + 1, Position: 0, TokensHash: n + 1, Seq: n + 1, Holders: []HolderRecord{{Worker: w0, BlockHashes: []uint64{n + 1}}}}
+		if dupPlace {
+			last.TokensHash, last.Seq = 17, 17
+		}
+		if dupBlock {
+			last.Holders[0].BlockHashes[0] = 17
+		}
+		return append(recs, last)
+	}
+	for _, tt := range []struct {
+		name               string
+		dupPlace, dupBlock bool
+		wantErr            bool
+	}{
+		{"all distinct", false, false, false},
+		{"place twice", true, false, true},
+		{"block twice", false, true, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			l := NewLoader()
+			recs := many(tt.dupPlace, tt.dupBlock)
+			if err := l.AddBatch(recs); err != nil {
+				t.Fatal(err)
+			}
+			ix, err := l.Finish(Counters{})
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("error %v, want one: %v", err, tt.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			if err := ix.Verify(); err != nil {
+				t.Fatal(err)
+			}
+			if st := ix.Stats(); st.Entries != n+1 || st.HolderBlocks != n+1 {
+				t.Fatalf("stats %+v", st)
+			}
+			for _, r := range recs {
+				if got := ix.Match([]uint64{r.TokensHash}, nil); len(got) != 1 || got[0].MatchedBlocks != 1 {
+					t.Fatalf("place %d: scores %v", r.ID, got)
+				}
+			}
+		})
+	}
+}
