@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -116,6 +117,13 @@ func Write(ctx context.Context, dir string, f *engine.Frozen, meta Meta, opts ..
 }
 
 func writeFile(ctx context.Context, path string, f *engine.Frozen, meta Meta, o options) error {
+	// bbolt gives every multi-page node it writes a buffer of its own, 191
+	// MB of them for a 10M holder-block snapshot, garbage after each commit.
+	// A collection first hands the previous write's buffers back to the
+	// heap for this one; new memory costs ~3 ms a MiB to fault in here, and
+	// with a large live index the collector would not run for several
+	// snapshots (10M writes took 3.0-3.2 s without it, 2.3-2.8 s with it).
+	runtime.GC()
 	st := f.Stats()
 	db, err := bolt.Open(path, 0o644, &bolt.Options{
 		Timeout:         time.Second,
