@@ -274,8 +274,10 @@ func TestLoaderFindsDuplicatesAmongMany(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			l := NewLoader()
 			recs := many(tt.dupPlace, tt.dupBlock)
-			if err := l.AddBatch(recs); err != nil {
-				t.Fatal(err)
+			for i := range recs {
+				if err := l.Add(&recs[i]); err != nil {
+					t.Fatal(err)
+				}
 			}
 			ix, err := l.Finish(Counters{})
 			if (err != nil) != tt.wantErr {
@@ -296,5 +298,39 @@ func TestLoaderFindsDuplicatesAmongMany(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A batch whose holders or block hashes point outside it is an error, not a
+// panic.
+func TestAddPlacesRejectsBadBatches(t *testing.T) {
+	good := func() *PlaceBatch {
+		return &PlaceBatch{
+			Workers: []WorkerKey{w0},
+			Places:  []BatchPlace{{ID: 1, TokensHash: 1, Seq: 1, HoldersEnd: 1}},
+			Holders: []BatchHolder{{Worker: 0, HashesEnd: 1}},
+			Hashes:  []uint64{1},
+		}
+	}
+	for _, tt := range []struct {
+		name  string
+		spoil func(*PlaceBatch)
+	}{
+		{"holders past the batch", func(b *PlaceBatch) { b.Places[0].HoldersEnd = 2 }},
+		{"hashes past the batch", func(b *PlaceBatch) { b.Holders[0].HashesEnd = 2 }},
+		{"worker past the table", func(b *PlaceBatch) { b.Holders[0].Worker = 1 }},
+		{"no holder", func(b *PlaceBatch) { b.Places[0].HoldersEnd = 0 }},
+		{"no block hash", func(b *PlaceBatch) { b.Holders[0].HashesEnd = 0 }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			b := good()
+			tt.spoil(b)
+			if err := NewLoader().AddPlaces(b); err == nil {
+				t.Fatal("bad batch added without error")
+			}
+		})
+	}
+	if err := NewLoader().AddPlaces(good()); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -28,6 +28,7 @@ type Loader struct {
 	// prep, when the hint allows, is memory faulted in ahead by another
 	// goroutine (see startPrep).
 	prep *loaderPrep
+	one  PlaceBatch // Add's batch of one
 }
 
 // loaderPrep hands the loader slab pages and pending lists that a
@@ -138,16 +139,96 @@ func (p *loaderPrep) end() {
 	}
 }
 
-// Add adds one place record. Records must come in position order with IDs
-// 1, 2, 3...; a parent link that does not chain is dropped (its holders are
-// then scored as possibly having holes). A malformed record is an error that
-// names it, and leaves the loader unusable.
+// PlaceBatch is places in the compact form Loader.AddPlaces takes: no
+// pointers, 32 bytes a place and 8 a holder. A snapshot decoder fills
+// batches on one goroutine while the loader empties others on another, and
+// every cache line of a batch crosses between the two processors: a
+// PlaceRecord with its HolderRecords moved twice as many.
+type PlaceBatch struct {
+	Workers []WorkerKey // the table BatchHolder.Worker indexes
+	Places  []BatchPlace
+	Holders []BatchHolder
+	Hashes  []uint64
+}
+
+// BatchPlace is a PlaceRecord of a PlaceBatch. Its holders are
+// Holders[HoldersEnd of the place before it (0 for the first):HoldersEnd].
+type BatchPlace struct {
+	ID, Parent, Position uint32
+	HoldersEnd           uint32
+	TokensHash, Seq      uint64
+}
+
+// BatchHolder is a HolderRecord of a PlaceBatch: Workers[Worker] holds the
+// place under Hashes[HashesEnd of the holder before it (0 for the first):
+// HashesEnd].
+type BatchHolder struct {
+	Worker    uint32
+	HashesEnd uint32
+}
+
+// Reset empties the batch, keeping its memory (and its worker table).
+func (b *PlaceBatch) Reset() {
+	b.Places, b.Holders, b.Hashes = b.Places[:0], b.Holders[:0], b.Hashes[:0]
+}
+
+// Add adds one place record, as AddPlaces does.
 func (l *Loader) Add(rec *PlaceRecord) error {
+	b := &l.one
+	b.Reset()
+	b.Workers = b.Workers[:0]
+	for _, h := range rec.Holders {
+		b.Workers = append(b.Workers, h.Worker)
+		b.Hashes = append(b.Hashes, h.BlockHashes...)
+		b.Holders = append(b.Holders, BatchHolder{Worker: uint32(len(b.Workers) - 1), HashesEnd: uint32(len(b.Hashes))})
+	}
+	b.Places = append(b.Places, BatchPlace{ID: rec.ID, Parent: rec.Parent, Position: rec.Position,
+		HoldersEnd: uint32(len(b.Holders)), TokensHash: rec.TokensHash, Seq: rec.Seq})
+	return l.AddPlaces(b)
+}
+
+// AddPlaces adds a batch of places. Places must come in position order with
+// IDs 1, 2, 3...; a parent link that does not chain is dropped (its holders
+// are then scored as possibly having holes). A malformed place is an error
+// that names it, and leaves the loader unusable. The parents the batch links
+// to are loaded first, together: at millions of places those loads miss the
+// cache, and issued together their misses overlap.
+func (l *Loader) AddPlaces(b *PlaceBatch) error {
+	ix, sink := l.ix, l.ix.sink
+	for i := range b.Places {
+		if p := b.Places[i].Parent; p != 0 && int(p) < len(l.refs) {
+			sink += uint64(l.refs[p])
+		}
+	}
+	for i := range b.Places {
+		if p := b.Places[i].Parent; p != 0 && int(p) < len(l.refs) {
+			sink += ix.placeOf(l.refs[p]).seq
+		}
+	}
+	ix.sink = sink
+	h0, x0 := uint32(0), uint32(0)
+	for i := range b.Places {
+		rec := &b.Places[i]
+		if rec.HoldersEnd < h0 || int(rec.HoldersEnd) > len(b.Holders) {
+			return fmt.Errorf("place %d: holders %d..%d outside the batch's %d", rec.ID, h0, rec.HoldersEnd, len(b.Holders))
+		}
+		hs := b.Holders[h0:rec.HoldersEnd]
+		h0 = rec.HoldersEnd
+		if err := l.add(rec, hs, b, &x0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// add adds one place of b, whose holders are hs; x0 is where the first
+// holder's block hashes start, and is moved past the last's.
+func (l *Loader) add(rec *BatchPlace, hs []BatchHolder, b *PlaceBatch, x0 *uint32) error {
 	ix := l.ix
 	switch {
 	case int(rec.ID) != len(l.refs):
 		return fmt.Errorf("place record %d: id %d, want ids 1, 2, 3... in order", len(l.refs), rec.ID)
-	case len(rec.Holders) == 0:
+	case len(hs) == 0:
 		return fmt.Errorf("place %d: no holder", rec.ID)
 	case rec.Position > MaxPosition:
 		return fmt.Errorf("place %d: position %d out of range", rec.ID, rec.Position)
@@ -180,16 +261,22 @@ func (l *Loader) Add(rec *PlaceRecord) error {
 	p := s.place(local)
 	*p = place{th: rec.TokensHash, seq: rec.Seq, pos: rec.Position, parent: parent, h: [2]holder{noHolder, noHolder}}
 	ref := makeRef(si, local)
-	for _, hr := range rec.Holders {
-		if len(hr.BlockHashes) == 0 {
-			return fmt.Errorf("place %d: worker %v holds it under no block hash", rec.ID, hr.Worker)
+	for _, hr := range hs {
+		if hr.HashesEnd < *x0 || int(hr.HashesEnd) > len(b.Hashes) || int(hr.Worker) >= len(b.Workers) {
+			return fmt.Errorf("place %d: holder outside the batch", rec.ID)
 		}
-		id, w, err := l.worker(hr.Worker)
+		bhs := b.Hashes[*x0:hr.HashesEnd]
+		*x0 = hr.HashesEnd
+		key := b.Workers[hr.Worker]
+		if len(bhs) == 0 {
+			return fmt.Errorf("place %d: worker %v holds it under no block hash", rec.ID, key)
+		}
+		id, w, err := l.worker(key)
 		if err != nil {
 			return fmt.Errorf("place %d: %w", rec.ID, err)
 		}
 		if !s.pushHolder(p, id) {
-			return fmt.Errorf("place %d: worker %v listed twice", rec.ID, hr.Worker)
+			return fmt.Errorf("place %d: worker %v listed twice", rec.ID, key)
 		}
 		if l.pending[id] == nil && l.perWorker > 0 {
 			select {
@@ -199,7 +286,7 @@ func (l *Loader) Add(rec *PlaceRecord) error {
 				l.pending[id] = hugeAdvised(make([]revSlot, 0, l.perWorker))
 			}
 		}
-		for i, bh := range hr.BlockHashes {
+		for i, bh := range bhs {
 			mk := mix64(bh)
 			l.pending[id] = append(l.pending[id], revSlot{lo: uint32(mk), hi: uint32(mk >> 32), ref: ref})
 			if i > 0 {
@@ -209,7 +296,7 @@ func (l *Loader) Add(rec *PlaceRecord) error {
 				w.dup[ref]++
 			}
 		}
-		ix.holderBlocks += len(hr.BlockHashes)
+		ix.holderBlocks += len(bhs)
 		if w.untracked {
 			continue
 		}
@@ -224,30 +311,6 @@ func (l *Loader) Add(rec *PlaceRecord) error {
 	}
 	l.refs = append(l.refs, ref)
 	l.lastPos = rec.Position
-	return nil
-}
-
-// AddBatch adds records as Add does, one after another, first loading the
-// parents they link to: at millions of places those loads miss the cache,
-// and issued together their misses overlap. It returns the first error.
-func (l *Loader) AddBatch(recs []PlaceRecord) error {
-	ix, sink := l.ix, l.ix.sink
-	for i := range recs {
-		if p := recs[i].Parent; p != 0 && int(p) < len(l.refs) {
-			sink += uint64(l.refs[p])
-		}
-	}
-	for i := range recs {
-		if p := recs[i].Parent; p != 0 && int(p) < len(l.refs) {
-			sink += ix.placeOf(l.refs[p]).seq
-		}
-	}
-	ix.sink = sink
-	for i := range recs {
-		if err := l.Add(&recs[i]); err != nil {
-			return err
-		}
-	}
 	return nil
 }
 

@@ -324,19 +324,6 @@ func (c *entryCounter) grow() {
 // total returns the entries counted so far.
 func (c *entryCounter) total() int { return c.n }
 
-// placeBatch holds decoded places: their records, and the holders and
-// block hashes those records' slices point into. Whoever holds a batch owns
-// all three; reset keeps the memory for the next chunk.
-type placeBatch struct {
-	recs    []engine.PlaceRecord
-	holders []engine.HolderRecord
-	hashes  []uint64
-}
-
-func (b *placeBatch) reset() {
-	b.recs, b.holders, b.hashes = b.recs[:0], b.holders[:0], b.hashes[:0]
-}
-
 // chunk decodes one chunk and appends to out every place with from <=
 // position <= to that has a selected holder (its Holders trimmed to the
 // selected ones). A record's ID is its ordinal, Parent its parent's ordinal.
@@ -344,7 +331,7 @@ func (b *placeBatch) reset() {
 // straight into the batch, rather than record by record into the
 // decoder's own buffers, spares a copy of every place on the way to the
 // engine's loader. On error, out holds the places decoded before it.
-func (d *decoder) chunk(k, v []byte, from, to uint32, out *placeBatch) error {
+func (d *decoder) chunk(k, v []byte, from, to uint32, out *engine.PlaceBatch) error {
 	firstPos, _, err := parseChunkKey(k)
 	if err != nil {
 		return err
@@ -376,7 +363,10 @@ func (d *decoder) chunk(k, v []byte, from, to uint32, out *placeBatch) error {
 	if d.nextOrd != 0 && h.firstOrd != d.nextOrd {
 		return fmt.Errorf("chunk starts at place %d, want %d: a chunk is missing or repeated", h.firstOrd, d.nextOrd)
 	}
-	out.hashes = slices.Grow(out.hashes, h.holderBlocks)
+	out.Workers = d.workers
+	out.Hashes = slices.Grow(out.Hashes, h.holderBlocks)
+	out.Holders = slices.Grow(out.Holders, h.holderBlocks)
+	out.Places = slices.Grow(out.Places, min(h.places, len(body)))
 	ord := h.firstOrd
 	pos := firstPos
 	hbs := 0
@@ -419,7 +409,7 @@ func (d *decoder) chunk(k, v []byte, from, to uint32, out *placeBatch) error {
 		if nh == 0 || nh > uint64(len(body)) {
 			return fmt.Errorf("place %d: bad holder count %d", ord, nh)
 		}
-		h0, x0 := len(out.holders), len(out.hashes)
+		h0, x0 := len(out.Holders), len(out.Hashes)
 		w := int64(-1)
 		for range nh {
 			if x, body, err = uvarint(body); err != nil {
@@ -447,22 +437,21 @@ func (d *decoder) chunk(k, v []byte, from, to uint32, out *placeBatch) error {
 				body = body[8*nb:]
 				continue
 			}
-			start := len(out.hashes)
 			for j := uint64(0); j < nb; j++ {
-				out.hashes = append(out.hashes, binary.LittleEndian.Uint64(body[8*j:]))
+				out.Hashes = append(out.Hashes, binary.LittleEndian.Uint64(body[8*j:]))
 			}
 			body = body[8*nb:]
-			out.holders = append(out.holders, engine.HolderRecord{Worker: d.workers[w], BlockHashes: out.hashes[start:len(out.hashes):len(out.hashes)]})
+			out.Holders = append(out.Holders, engine.BatchHolder{Worker: uint32(w), HashesEnd: uint32(len(out.Hashes))})
 		}
 		var parent uint32
 		if pd != 0 {
 			parent = uint32(ord - pd)
 		}
-		if len(out.holders) > h0 && pos >= from && pos <= to {
-			out.recs = append(out.recs, engine.PlaceRecord{ID: uint32(ord), Parent: parent, Position: pos, TokensHash: th, Seq: seq,
-				Holders: out.holders[h0:len(out.holders):len(out.holders)]})
+		if len(out.Holders) > h0 && pos >= from && pos <= to {
+			out.Places = append(out.Places, engine.BatchPlace{ID: uint32(ord), Parent: parent, Position: pos,
+				HoldersEnd: uint32(len(out.Holders)), TokensHash: th, Seq: seq})
 		} else {
-			out.holders, out.hashes = out.holders[:h0], out.hashes[:x0]
+			out.Holders, out.Hashes = out.Holders[:h0], out.Hashes[:x0]
 		}
 		ord++
 	}

@@ -231,7 +231,8 @@ func (r *Reader) Scan(ctx context.Context, from, to uint32, workers []engine.Wor
 		return nil
 	}
 	d := &decoder{workers: r.workers}
-	var out placeBatch
+	var out engine.PlaceBatch
+	var rec engine.PlaceRecord
 	if len(workers) > 0 {
 		d.sel = make([]bool, len(r.workers))
 		for _, w := range workers {
@@ -275,12 +276,19 @@ func (r *Reader) Scan(ctx context.Context, from, to uint32, workers []engine.Wor
 				break
 			}
 			d.hasPrev, d.nextOrd = false, 0 // chunks are checked one by one
-			out.reset()
+			out.Reset()
 			if err := d.chunk(k, v, from, to, &out); err != nil {
 				return corrupt(r.path, "chunk %x: %v", k, err)
 			}
-			for i := range out.recs {
-				if !yield(&out.recs[i]) {
+			h0, x0 := uint32(0), uint32(0)
+			for _, p := range out.Places {
+				rec = engine.PlaceRecord{ID: p.ID, Parent: p.Parent, Position: p.Position, TokensHash: p.TokensHash, Seq: p.Seq, Holders: rec.Holders[:0]}
+				for _, h := range out.Holders[h0:p.HoldersEnd] {
+					rec.Holders = append(rec.Holders, engine.HolderRecord{Worker: out.Workers[h.Worker], BlockHashes: out.Hashes[x0:h.HashesEnd:h.HashesEnd]})
+					x0 = h.HashesEnd
+				}
+				h0 = p.HoldersEnd
+				if !yield(&rec) {
 					return nil
 				}
 			}
@@ -305,9 +313,9 @@ func (r *Reader) view(fn func(*bolt.Tx) error) (err error) {
 // and sequence, the data checksum and the meta's counts. fn gets each
 // chunk's places in a batch it then owns, and returns an empty batch for the
 // next chunk (the same one, reset, when it keeps nothing).
-func (r *Reader) each(ctx context.Context, countEntries bool, fn func(*placeBatch) (*placeBatch, error)) error {
+func (r *Reader) each(ctx context.Context, countEntries bool, fn func(*engine.PlaceBatch) (*engine.PlaceBatch, error)) error {
 	d := &decoder{workers: r.workers, nextOrd: 1, countEntries: countEntries}
-	out := &placeBatch{}
+	out := &engine.PlaceBatch{}
 	err := r.view(func(tx *bolt.Tx) error {
 		crc := checksumUpdate(0, tx.Bucket(bucketWorkers).Get(workersKey))
 		c := tx.Bucket(bucketPlaces).Cursor()
@@ -359,8 +367,8 @@ func (r *Reader) each(ctx context.Context, countEntries bool, fn func(*placeBatc
 // Verify reads the whole file and checks it as Load does, without building
 // an index (worker keys holding no block are caught by Load only).
 func (r *Reader) Verify(ctx context.Context) error {
-	return r.each(ctx, true, func(b *placeBatch) (*placeBatch, error) {
-		b.reset()
+	return r.each(ctx, true, func(b *engine.PlaceBatch) (*engine.PlaceBatch, error) {
+		b.Reset()
 		return b, nil
 	})
 }
@@ -393,9 +401,9 @@ func Load(ctx context.Context, path string) (*engine.Index, Meta, error) {
 	// Decoding and loading overlap: this goroutine decodes each chunk into
 	// a batch and another hands the batch to the engine's loader, which
 	// fetches the batch's parents together.
-	batches, free := make(chan *placeBatch, 2), make(chan *placeBatch, 3)
+	batches, free := make(chan *engine.PlaceBatch, 2), make(chan *engine.PlaceBatch, 3)
 	for range cap(free) - 1 {
-		free <- &placeBatch{}
+		free <- &engine.PlaceBatch{}
 	}
 	var failed atomic.Bool
 	loaded := make(chan error, 1)
@@ -406,7 +414,7 @@ func Load(ctx context.Context, path string) (*engine.Index, Meta, error) {
 				lerr = corrupt(path, "loading: %v", p)
 				failed.Store(true)
 				for b := range batches {
-					b.reset()
+					b.Reset()
 					free <- b
 				}
 			}
@@ -414,18 +422,18 @@ func Load(ctx context.Context, path string) (*engine.Index, Meta, error) {
 		}()
 		for b := range batches {
 			if lerr == nil {
-				if err := l.AddBatch(b.recs); err != nil {
+				if err := l.AddPlaces(b); err != nil {
 					lerr = corrupt(path, "%v", err)
 					failed.Store(true)
 				}
 			}
-			b.reset()
+			b.Reset()
 			free <- b
 		}
 	}()
 	// The loaded index counts entries itself; they are compared with the
 	// meta below.
-	err = r.each(ctx, false, func(b *placeBatch) (*placeBatch, error) {
+	err = r.each(ctx, false, func(b *engine.PlaceBatch) (*engine.PlaceBatch, error) {
 		if failed.Load() {
 			return nil, errLoadFailed
 		}
