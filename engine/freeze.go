@@ -26,8 +26,7 @@ type Frozen struct {
 // across Freeze and Release) so that periodic snapshots do not fault in
 // fresh memory each time.
 type placesScratch struct {
-	live             []span
-	liveD, perPos    []int32
+	perPos           []int32
 	ord, start, fill []int32
 	ords             []int32
 	spans            []span
@@ -247,9 +246,9 @@ func (f *Frozen) place(ref uint32) *place {
 // Calls on one Frozen must not overlap (they share working memory).
 //
 // Random memory access is what costs here: the place slabs are read in order
-// once, places are counting-sorted by position, and the reverse maps' pairs
-// are scattered straight into output order, so the output pass reads
-// everything in sequence.
+// (twice), places are counting-sorted by position, and the reverse maps'
+// pairs are sorted into output order through cache-sized buckets, so the
+// output pass reads everything in sequence.
 func (f *Frozen) Places(yield func(*PlaceRecord) bool) {
 	sc := &f.scratch
 	// Number every place slot densely: shard by shard, place by place.
@@ -258,33 +257,33 @@ func (f *Frozen) Places(yield func(*PlaceRecord) bool) {
 		base[si+1] = base[si] + len(f.pages[si])*pageSize
 	}
 	dense := func(ref uint32) int { return base[refShard(ref)] + int(refLocal(ref)) }
-	// f.places live places: size the lists once (doubling 10M of them
-	// copied and faulted in some 400 MB more).
-	live := slices.Grow(sc.live[:0], f.places)
-	liveD := slices.Grow(sc.liveD[:0], f.places)
-	perPos := sc.perPos[:0]
-	for si := range f.pages {
-		for pi, pg := range f.pages[si] {
-			for li := range pg {
-				p := &pg[li]
-				local := pi*pageSize + li
-				if local == 0 || local >= int(f.nextNew[si]) || p.h[0] == noHolder {
-					continue
+	// Two passes over the slabs (read in order, cheap): one counts places
+	// by position, the other puts each at its position's next ordinal. One
+	// pass into a list of live places, sorted afterwards, kept a copy of
+	// every place as working memory (36 bytes a place, for as long as the
+	// frozen copy is kept).
+	eachLive := func(fn func(p *place, d int)) {
+		for si := range f.pages {
+			for pi, pg := range f.pages[si] {
+				for li := range pg {
+					local := pi*pageSize + li
+					if p := &pg[li]; local != 0 && local < int(f.nextNew[si]) && p.h[0] != noHolder {
+						fn(p, base[si]+local)
+					}
 				}
-				s := span{pos: p.pos, parent: -1, th: p.th, seq: p.seq}
-				if p.parent != 0 && p.pos > 0 {
-					s.parent = int32(dense(p.parent))
-				}
-				live = append(live, s)
-				liveD = append(liveD, int32(base[si]+local))
-				for int(p.pos) >= len(perPos) {
-					perPos = append(perPos, 0)
-				}
-				perPos[p.pos]++
 			}
 		}
 	}
-	sc.live, sc.liveD, sc.perPos = live, liveD, perPos
+	perPos := sc.perPos[:0]
+	live := 0
+	eachLive(func(p *place, _ int) {
+		for int(p.pos) >= len(perPos) {
+			perPos = append(perPos, 0)
+		}
+		perPos[p.pos]++
+		live++
+	})
+	sc.perPos = perPos
 	next := int32(0)
 	for pos, n := range perPos {
 		perPos[pos] = next
@@ -292,14 +291,18 @@ func (f *Frozen) Places(yield func(*PlaceRecord) bool) {
 	}
 	// ord[d] is the output ordinal of dense slot d, plus 1 (0: not live).
 	ord := resized(sc.ord, base[shardCount], true)
-	spans := resized(sc.spans, len(live), false)
+	spans := resized(sc.spans, live, false)
 	sc.ord, sc.spans = ord, spans
-	for i, s := range live {
-		o := perPos[s.pos]
-		perPos[s.pos]++
+	eachLive(func(p *place, d int) {
+		s := span{pos: p.pos, parent: -1, th: p.th, seq: p.seq}
+		if p.parent != 0 && p.pos > 0 {
+			s.parent = int32(dense(p.parent))
+		}
+		o := perPos[p.pos]
+		perPos[p.pos]++
 		spans[o] = s
-		ord[liveD[i]] = o + 1
-	}
+		ord[d] = o + 1
+	})
 	// Counting sort of the reverse maps' (worker, block hash) pairs into
 	// output order: workers are visited in key order, so each place's
 	// holders come sorted. The count pass looks each pair's ordinal up
