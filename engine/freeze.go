@@ -27,6 +27,7 @@ type Frozen struct {
 // fresh memory each time.
 type placesScratch struct {
 	perPos           []int32
+	distinct         []uint32
 	ord, start, fill []int32
 	ords             []int32
 	spans            []span
@@ -257,11 +258,11 @@ func (f *Frozen) Places(yield func(*PlaceRecord) bool) {
 		base[si+1] = base[si] + len(f.pages[si])*pageSize
 	}
 	dense := func(ref uint32) int { return base[refShard(ref)] + int(refLocal(ref)) }
-	// Two passes over the slabs (read in order, cheap): one counts places
-	// by position, the other puts each at its position's next ordinal. One
-	// pass into a list of live places, sorted afterwards, kept a copy of
-	// every place as working memory (36 bytes a place, for as long as the
-	// frozen copy is kept).
+	// Passes over the slabs (read in order, cheap): one sizes, one counts
+	// places by position, the last puts each at its position's next
+	// ordinal. One pass into a list of live places, sorted afterwards, kept
+	// a copy of every place as working memory (36 bytes a place, for as
+	// long as the frozen copy is kept).
 	eachLive := func(fn func(p *place, d int)) {
 		for si := range f.pages {
 			for pi, pg := range f.pages[si] {
@@ -274,19 +275,40 @@ func (f *Frozen) Places(yield func(*PlaceRecord) bool) {
 			}
 		}
 	}
-	perPos := sc.perPos[:0]
-	live := 0
+	live, maxPos := 0, uint32(0)
 	eachLive(func(p *place, _ int) {
-		for int(p.pos) >= len(perPos) {
-			perPos = append(perPos, 0)
-		}
-		perPos[p.pos]++
 		live++
+		maxPos = max(maxPos, p.pos)
 	})
+	// Places are counted by position, or, when positions are sparse (an
+	// event may start a chain at any position up to MaxPosition), by their
+	// rank among the distinct positions: the counts must take memory in
+	// proportion to places, not to the highest position.
+	var distinct []uint32 // sorted distinct positions, when sparse
+	if int(maxPos) >= 2*live+1<<16 {
+		distinct = sc.distinct[:0]
+		eachLive(func(p *place, _ int) { distinct = append(distinct, p.pos) })
+		slices.Sort(distinct)
+		distinct = slices.Compact(distinct)
+		sc.distinct = distinct
+	}
+	rank := func(pos uint32) int {
+		if distinct == nil {
+			return int(pos)
+		}
+		i, _ := slices.BinarySearch(distinct, pos)
+		return i
+	}
+	ranks := int(maxPos) + 1
+	if distinct != nil {
+		ranks = len(distinct)
+	}
+	perPos := resized(sc.perPos, ranks, true)
 	sc.perPos = perPos
+	eachLive(func(p *place, _ int) { perPos[rank(p.pos)]++ })
 	next := int32(0)
-	for pos, n := range perPos {
-		perPos[pos] = next
+	for r, n := range perPos {
+		perPos[r] = next
 		next += n
 	}
 	// ord[d] is the output ordinal of dense slot d, plus 1 (0: not live).
@@ -298,8 +320,9 @@ func (f *Frozen) Places(yield func(*PlaceRecord) bool) {
 		if p.parent != 0 && p.pos > 0 {
 			s.parent = int32(dense(p.parent))
 		}
-		o := perPos[p.pos]
-		perPos[p.pos]++
+		r := rank(p.pos)
+		o := perPos[r]
+		perPos[r]++
 		spans[o] = s
 		ord[d] = o + 1
 	})

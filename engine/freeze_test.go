@@ -3,6 +3,7 @@ package engine
 import (
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"testing"
 	"unsafe"
@@ -321,6 +322,8 @@ func TestAddPlacesRejectsBadBatches(t *testing.T) {
 		{"worker past the table", func(b *PlaceBatch) { b.Holders[0].Worker = 1 }},
 		{"no holder", func(b *PlaceBatch) { b.Places[0].HoldersEnd = 0 }},
 		{"no block hash", func(b *PlaceBatch) { b.Holders[0].HashesEnd = 0 }},
+		{"holder of no place", func(b *PlaceBatch) { b.Holders = append(b.Holders, BatchHolder{Worker: 0, HashesEnd: 1}) }},
+		{"hash of no holder", func(b *PlaceBatch) { b.Hashes = append(b.Hashes, 2) }},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			b := good()
@@ -332,5 +335,43 @@ func TestAddPlacesRejectsBadBatches(t *testing.T) {
 	}
 	if err := NewLoader().AddPlaces(good()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Chains may start at any position up to MaxPosition. Places must still come
+// out in position order, load back to the same index, and take working
+// memory in proportion to places, not to the highest position.
+func TestPlacesAtHighPositions(t *testing.T) {
+	for _, high := range []uint64{1 << 20, 1 << 31, MaxPosition - 1} {
+		ix := New()
+		for i, start := range []uint64{0, 7, high - 3, high} {
+			ev := Event{Worker: WorkerKey{WorkerID: uint64(i % 2)}, Kind: KindStored, HasStartPosition: true, StartPosition: start,
+				Blocks: []Block{{BlockHash: uint64(10*i + 1), TokensHash: 1}, {BlockHash: uint64(10*i + 2), TokensHash: 2}}}
+			if err := ix.Apply(&ev); err != nil {
+				t.Fatal(err)
+			}
+		}
+		f := ix.Freeze()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		var positions []uint32
+		f.Places(func(r *PlaceRecord) bool {
+			positions = append(positions, r.Position)
+			return true
+		})
+		runtime.ReadMemStats(&after)
+		if !slices.IsSorted(positions) || len(positions) != 8 {
+			t.Fatalf("high %d: positions %v", high, positions)
+		}
+		if grew := after.TotalAlloc - before.TotalAlloc; grew > 1<<20 {
+			t.Fatalf("high %d: Places allocated %d bytes for 8 places", high, grew)
+		}
+		got := reload(t, ix)
+		if err := got.Verify(); err != nil {
+			t.Fatal(err)
+		}
+		if got.Stats() != ix.Stats() {
+			t.Fatalf("high %d: stats %+v, want %+v", high, got.Stats(), ix.Stats())
+		}
 	}
 }

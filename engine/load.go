@@ -218,6 +218,9 @@ func (l *Loader) AddPlaces(b *PlaceBatch) error {
 			return err
 		}
 	}
+	if int(h0) != len(b.Holders) || int(x0) != len(b.Hashes) {
+		return fmt.Errorf("batch of %d places: %d holders and %d block hashes belong to none", len(b.Places), len(b.Holders)-int(h0), len(b.Hashes)-int(x0))
+	}
 	return nil
 }
 
