@@ -266,63 +266,90 @@ type decoder struct {
 }
 
 // entryCounter counts entries (distinct (position, tokens hash) pairs) of
-// places that come in position order, in any order within a position: a
-// hash set of the current position's tokens hashes, emptied by bumping a
-// generation number.
+// places that come in position order, in any order within a position: it
+// keeps one position's tokens hashes and counts the distinct ones when the
+// position changes. Counting by sorting reads and writes memory in
+// sequence; a hash set the size of a large position (a million places at
+// position 0 is common) missed the cache on every place, and doubled the
+// time of a 10M holder-block write.
 type entryCounter struct {
-	pos   uint32
-	n     int      // entries so far
-	keys  []uint64 // open addressing, len a power of two
-	gens  []uint32 // slot is in the set when gens[i] == gen
-	gen   uint32
-	count int // keys in the set
+	pos    uint32
+	ths    []uint64
+	tmp    []uint64
+	counts []int32
+	n      int // entries of the positions before pos
 }
 
 func (c *entryCounter) add(pos uint32, th uint64) {
-	if pos != c.pos || c.gen == 0 {
+	if pos != c.pos {
+		c.flush()
 		c.pos = pos
-		c.gen++
-		c.count = 0
-		if c.gen == 0 { // wrapped
-			clear(c.gens)
-			c.gen = 1
-		}
 	}
-	if 2*(c.count+1) > len(c.keys) {
-		c.grow()
-	}
-	if c.insert(th) {
-		c.count++
-		c.n++
-	}
-}
-
-func (c *entryCounter) insert(th uint64) bool {
-	mask := uint64(len(c.keys) - 1)
-	for i := (th * 0x9E3779B97F4A7C15) >> 32 & mask; ; i = (i + 1) & mask {
-		if c.gens[i] != c.gen {
-			c.keys[i], c.gens[i] = th, c.gen
-			return true
-		}
-		if c.keys[i] == th {
-			return false
-		}
-	}
-}
-
-func (c *entryCounter) grow() {
-	keys, gens := c.keys, c.gens
-	n := max(64, 2*len(keys))
-	c.keys, c.gens = make([]uint64, n), make([]uint32, n)
-	for i, g := range gens {
-		if g == c.gen {
-			c.insert(keys[i])
-		}
-	}
+	c.ths = append(c.ths, th)
 }
 
 // total returns the entries counted so far.
-func (c *entryCounter) total() int { return c.n }
+func (c *entryCounter) total() int {
+	c.flush()
+	return c.n
+}
+
+func (c *entryCounter) flush() {
+	c.n += c.distinct(c.ths)
+	c.ths = c.ths[:0]
+}
+
+// distinctBits is how many top bits of a mixed hash pick its bucket when
+// distinct partitions a large position.
+const distinctBits = 16
+
+// distinct returns how many distinct values xs holds, reordering it. A
+// large set is first partitioned by the top bits of a bijective mix of each
+// value (tokens hashes need not be well spread) so that equal values share
+// a small bucket, then each bucket is sorted.
+func (c *entryCounter) distinct(xs []uint64) int {
+	if len(xs) < 1<<12 {
+		slices.Sort(xs)
+		return len(slices.Compact(xs))
+	}
+	if c.counts == nil {
+		c.counts = make([]int32, 1<<distinctBits+1)
+	}
+	counts := c.counts
+	clear(counts)
+	for _, x := range xs {
+		counts[mixBits(x)+1]++
+	}
+	for b := 1; b < len(counts); b++ {
+		counts[b] += counts[b-1]
+	}
+	c.tmp = slices.Grow(c.tmp[:0], len(xs))[:len(xs)]
+	for _, x := range xs {
+		b := mixBits(x)
+		c.tmp[counts[b]] = x
+		counts[b]++
+	}
+	n, from := 0, 0
+	for b := range 1 << distinctBits {
+		to := int(counts[b])
+		bucket := c.tmp[from:to]
+		slices.Sort(bucket)
+		n += len(slices.Compact(bucket))
+		from = to
+	}
+	return n
+}
+
+// mixBits is the bucket of x: the top distinctBits bits of the murmur3
+// finaliser of x.
+func mixBits(x uint64) int {
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	x *= 0xc4ceb9fe1a85ec53
+	x ^= x >> 33
+	return int(x >> (64 - distinctBits))
+}
 
 // chunk decodes one chunk and appends to out every place with from <=
 // position <= to that has a selected holder (its Holders trimmed to the

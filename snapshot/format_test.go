@@ -33,3 +33,29 @@ func TestSnappyStored(t *testing.T) {
 		}
 	}
 }
+
+// The entry counter counts distinct tokens hashes a position, for small and
+// large positions, spread hashes and small sequential ones alike.
+func TestEntryCounter(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 9))
+	var c entryCounter
+	want := 0
+	for pos, size := range []int{1, 3, 4095, 4096, 5000, 200000, 7} {
+		seen := map[uint64]bool{}
+		for i := range size {
+			th := rng.Uint64()
+			switch {
+			case pos%2 == 1:
+				th = uint64(rng.IntN(size/2 + 1)) // small values, many repeated
+			case i%5 == 0 && i > 0:
+				th = uint64(i) // a few small values among spread ones
+			}
+			seen[th] = true
+			c.add(uint32(pos), th)
+		}
+		want += len(seen)
+	}
+	if got := c.total(); got != want {
+		t.Fatalf("counted %d entries, want %d", got, want)
+	}
+}

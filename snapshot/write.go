@@ -226,6 +226,7 @@ func writeFile(ctx context.Context, path string, f *engine.Frozen, meta Meta, o 
 		enc     encoder
 		seqNo   uint32
 		ord     uint64
+		entries entryCounter
 		places  int
 		hbs     int
 		prevPos uint32
@@ -274,6 +275,7 @@ func writeFile(ctx context.Context, path string, f *engine.Frozen, meta Meta, o 
 			return false
 		}
 		prevPos = rec.Position
+		entries.add(rec.Position, rec.TokensHash)
 		places++
 		// IDs are ordinals from 1; a parent comes before its child.
 		if uint64(rec.ID) != ord || rec.Parent >= rec.ID {
@@ -301,13 +303,12 @@ func writeFile(ctx context.Context, path string, f *engine.Frozen, meta Meta, o 
 	if failed != nil {
 		return failed
 	}
-	// Entries are not recounted here: that took a hash set per position,
-	// a quarter of the write at 10M holder-blocks. Load and Verify count
-	// them and compare with the meta, so a wrong count is still caught
-	// before any index is built from the file.
-	if hbs != st.HolderBlocks || len(ws) != st.WorkerKeys {
-		return fmt.Errorf("frozen places give %d holder-blocks, %d worker keys; its stats say %d, %d",
-			hbs, len(ws), st.HolderBlocks, st.WorkerKeys)
+	// The places must give the index's own counts: a file whose meta
+	// disagreed with its data would be rejected by Load, after older
+	// snapshots had been pruned for it.
+	if entries.total() != st.Entries || hbs != st.HolderBlocks || len(ws) != st.WorkerKeys {
+		return fmt.Errorf("frozen places give %d entries, %d holder-blocks, %d worker keys; its stats say %d, %d, %d",
+			entries.total(), hbs, len(ws), st.Entries, st.HolderBlocks, st.WorkerKeys)
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -339,7 +340,7 @@ func writeFile(ctx context.Context, path string, f *engine.Frozen, meta Meta, o 
 		{metaChunks, u64(uint64(seqNo))},
 		{metaCounters, counters},
 		{metaCreated, u64(uint64(created.UnixNano()))},
-		{metaEntries, u64(uint64(st.Entries))},
+		{metaEntries, u64(uint64(entries.total()))},
 		{metaFormat, u32(FormatVersion)},
 		{metaHashSeed, u64(engine.Seed)},
 		{metaHolderBlocks, u64(uint64(hbs))},
