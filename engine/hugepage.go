@@ -14,10 +14,15 @@ import "unsafe"
 // Only the loader does it. The same VMs serve random reads and writes from
 // huge pages more slowly than from 4 KiB pages (a freeze's Places pass took
 // twice as long, the apply benchmark ~8% longer, a match's p50 ~15%), so
-// an index built by events, and the copies snapshots are written from, keep
-// 4 KiB pages. A loaded index keeps the loader's huge pages: a restart
-// is rare, and its speed is what brings a router node back.
-//
+// the live index's own allocations and snapshot copies are not advised;
+// they may still land in advised ranges when the heap reuses memory the
+// loader freed. A loaded index keeps the loader's huge pages: a restart is
+// rare, and its speed is what brings a router node back. The usual costs
+// of THP apply to the advised ranges (a fault may wait for the kernel to
+// compact memory; memory returned to the kernel may be merged back into
+// huge pages), which is why the Go runtime stopped advising its heap
+// (golang/go#61718); here they are bounded by the loader's allocations.
+
 // The advice covers the 2 MiB-aligned range around the allocation: Go heap
 // arenas are 64 MiB-aligned mappings, so the range is heap too.
 
