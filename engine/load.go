@@ -205,6 +205,20 @@ func (l *Loader) AddPlaces(b *PlaceBatch) error {
 			sink += ix.placeOf(l.refs[p]).seq
 		}
 	}
+	// Each holder appends to its worker's pending list: load the slot the
+	// append will write, so that the batch's misses on 1,000 lists overlap
+	// (a store that misses waits in line; these loads do not).
+	for _, h := range b.Holders {
+		if int(h.Worker) >= len(b.Workers) {
+			continue
+		}
+		key := b.Workers[h.Worker]
+		if c := l.recentFor(key); c.ok && c.key == key && int(c.id) < len(l.pending) {
+			if buf := l.pending[c.id]; len(buf) < cap(buf) {
+				sink += uint64(buf[:len(buf)+1][len(buf)].ref)
+			}
+		}
+	}
 	ix.sink = sink
 	h0, x0 := uint32(0), uint32(0)
 	for i := range b.Places {
@@ -317,10 +331,15 @@ func (l *Loader) add(rec *BatchPlace, hs []BatchHolder, b *PlaceBatch, x0 *uint3
 	return nil
 }
 
+// recentFor is key's slot in the recent-workers cache.
+func (l *Loader) recentFor(key WorkerKey) *recentWorker {
+	return &l.recent[(key.WorkerID^uint64(key.DPRank)<<32)*0x9e3779b97f4a7c15>>52]
+}
+
 // worker returns the dense id of key, registering it when new.
 func (l *Loader) worker(key WorkerKey) (uint32, *worker, error) {
 	ix := l.ix
-	c := &l.recent[(key.WorkerID^uint64(key.DPRank)<<32)*0x9e3779b97f4a7c15>>52]
+	c := l.recentFor(key)
 	if c.ok && c.key == key {
 		return c.id, ix.workers[c.id], nil
 	}
