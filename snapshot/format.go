@@ -304,9 +304,9 @@ func (c *entryCounter) flush() {
 const distinctBits = 16
 
 // distinct returns how many distinct values xs holds, reordering it. A
-// large set is first partitioned by the top bits of a bijective mix of each
-// value (tokens hashes need not be well spread) so that equal values share
-// a small bucket, then each bucket is sorted.
+// large set is first partitioned by the top bits of a multiplicative hash
+// of each value (tokens hashes need not be well spread) so that equal
+// values share a small bucket, then each bucket is sorted.
 func (c *entryCounter) distinct(xs []uint64) int {
 	if len(xs) < 1<<12 {
 		slices.Sort(xs)
@@ -340,16 +340,9 @@ func (c *entryCounter) distinct(xs []uint64) int {
 	return n
 }
 
-// mixBits is the bucket of x: the top distinctBits bits of the murmur3
-// finaliser of x.
-func mixBits(x uint64) int {
-	x ^= x >> 33
-	x *= 0xff51afd7ed558ccd
-	x ^= x >> 33
-	x *= 0xc4ceb9fe1a85ec53
-	x ^= x >> 33
-	return int(x >> (64 - distinctBits))
-}
+// mixBits is the bucket of x: the top distinctBits bits of x times the
+// golden ratio (Fibonacci hashing spreads small and sequential values too).
+func mixBits(x uint64) int { return int(x * 0x9e3779b97f4a7c15 >> (64 - distinctBits)) }
 
 // chunk decodes one chunk and appends to out every place with from <=
 // position <= to that has a selected holder (its Holders trimmed to the
