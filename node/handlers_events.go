@@ -13,17 +13,6 @@ import (
 	"github.com/kvidx/kvidx/wal"
 )
 
-// handleEvents serves POST /v1/events through net/http.
-func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
-	buf, ok := s.readBody(w, r)
-	if !ok {
-		return
-	}
-	rep := s.ingest(buf.Bytes())
-	s.putBuf(buf)
-	rep.write(w)
-}
-
 // ingest answers POST /v1/events: decode the whole body (NDJSON or a JSON
 // array), append it as one batch, answer once durable and applied. The
 // events do not reference body.

@@ -8,17 +8,6 @@ import (
 	"github.com/kvidx/kvidx/eventjson"
 )
 
-// handleMatch serves POST /v1/match through net/http.
-func (s *Server) handleMatch(w http.ResponseWriter, r *http.Request) {
-	buf, ok := s.readBody(w, r)
-	if !ok {
-		return
-	}
-	rep := s.match(buf.Bytes())
-	s.putBuf(buf)
-	rep.write(w)
-}
-
 // match answers POST /v1/match.
 func (s *Server) match(body []byte) reply {
 	st, rep := s.readyStore()

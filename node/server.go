@@ -83,8 +83,8 @@ func (s *Server) routes() {
 	handle := func(pattern, name string, h http.HandlerFunc) {
 		s.mux.Handle(pattern, s.instrument(name, h))
 	}
-	handle("POST /v1/events", "events", s.handleEvents)
-	handle("POST /v1/match", "match", s.handleMatch)
+	handle("POST /v1/events", "events", s.bodyHandler(s.ingest))
+	handle("POST /v1/match", "match", s.bodyHandler(s.match))
 	handle("GET /v1/workers", "workers", s.handleWorkers)
 	handle("DELETE /v1/workers/{worker_id}", "delete_worker", s.handleDeleteWorker)
 	handle("GET /v1/stats", "stats", s.handleStats)
@@ -322,6 +322,20 @@ func tooLarge(length, limit int64) reply {
 	}
 	return errorReply(http.StatusRequestEntityTooLarge,
 		fmt.Sprintf("request body exceeds the limit of %d bytes", limit))
+}
+
+// bodyHandler serves, through net/http, a route whose answer depends only on
+// the request body (the fast front end calls answer itself).
+func (s *Server) bodyHandler(answer func(body []byte) reply) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		buf, ok := s.readBody(w, r)
+		if !ok {
+			return
+		}
+		rep := answer(buf.Bytes())
+		s.putBuf(buf)
+		rep.write(w)
+	}
 }
 
 // readBody reads r's body into a pooled buffer (return it with putBuf),
