@@ -28,14 +28,18 @@ func (ix *Index) prefetchStore(w *worker, ev *Event, pos, prevSeq uint64) (seqs,
 	}
 	ix.seqBuf, ix.hashBuf = seqs, hashes
 	sink := ix.sink
+	// A search runs on past its home slot, often into the next cache line:
+	// both lines are loaded.
 	if n := len(w.rev.slots); n > 0 {
 		for _, b := range ev.Blocks {
-			sink += uint64(w.rev.slots[slotHome(uint32(mix64(b.BlockHash)>>32), n)].ref)
+			at := slotHome(uint32(mix64(b.BlockHash)>>32), n)
+			sink += uint64(w.rev.slots[at].ref + w.rev.slots[wrapAdd(at, revSlotsPerLine, n)].ref)
 		}
 	}
 	for _, h := range hashes {
 		if s := &ix.shards[h>>(64-shardBits)]; len(s.table) > 0 {
-			sink += s.table[home(fingerprint(h), len(s.table))]
+			at := home(fingerprint(h), len(s.table))
+			sink += s.table[at] + s.table[wrapAdd(at, tableSlotsPerLine, len(s.table))]
 		}
 	}
 	for _, h := range hashes {
@@ -43,7 +47,8 @@ func (ix *Index) prefetchStore(w *worker, ev *Event, pos, prevSeq uint64) (seqs,
 		if len(s.table) == 0 {
 			continue
 		}
-		if slot := s.table[home(fingerprint(h), len(s.table))]; slot != 0 {
+		// The place at the home slot is compared only if it is of the key.
+		if slot := s.table[home(fingerprint(h), len(s.table))]; slot != 0 && uint32(slot>>32) == fingerprint(h) {
 			sink += s.place(uint32(slot)).seq
 		}
 		// A new place comes off the head of the free list.
@@ -65,24 +70,47 @@ func (ix *Index) prefetchRemove(w *worker, hashes []uint64) {
 	for _, bh := range hashes {
 		sink += uint64(w.rev.slots[slotHome(uint32(mix64(bh)>>32), n)].ref)
 	}
+	// The lookups come first and the loads of their places after, in a
+	// loop of their own: a loop this short lets the processor keep many
+	// more of the misses in flight at once than loads made between lookups.
 	refs := ix.refBuf[:0]
 	for _, bh := range hashes {
-		if ref, ok := w.rev.get(bh); ok {
-			refs = append(refs, ref)
-			sink += ix.placeOf(ref).seq
+		if at, _ := w.rev.find(bh); at >= 0 {
+			refs = append(refs, w.rev.slots[at].ref)
+			// Deleting the slot shifts the run after it back by one.
+			sink += uint64(w.rev.slots[wrapAdd(at, revSlotsPerLine, n)].ref)
 		}
 	}
 	ix.refBuf = refs
+	for _, ref := range refs {
+		sink += ix.placeOf(ref).seq
+	}
 	// Emptied places leave their shard table, and parents lose a kid.
 	for _, ref := range refs {
 		p := ix.placeOf(ref)
 		s := &ix.shards[refShard(ref)]
-		if len(s.table) > 0 {
-			sink += s.table[home(fingerprint(keyHash(p.pos, p.th)), len(s.table))]
+		if size := len(s.table); size > 0 {
+			at := home(fingerprint(keyHash(p.pos, p.th)), size)
+			sink += s.table[at] + s.table[wrapAdd(at, tableSlotsPerLine, size)]
 		}
 		if p.parent != 0 {
 			sink += uint64(ix.placeOf(p.parent).h[0])
 		}
 	}
 	ix.sink = sink
+}
+
+// Slots per 64-byte cache line, rounded down: a load this far past a slot
+// lands in the line after it.
+const (
+	revSlotsPerLine   = 64 / revSlotBytes
+	tableSlotsPerLine = 64 / 8
+)
+
+// wrapAdd is (i + k) mod n for i < n and k <= n, without a division.
+func wrapAdd(i, k, n int) int {
+	if i += k; i >= n {
+		i -= n
+	}
+	return i
 }

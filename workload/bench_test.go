@@ -48,6 +48,60 @@ func BenchmarkApply(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/total, "ns/block_op")
 }
 
+// BenchmarkApplySteady applies events to an index under steady cache churn,
+// what a long-running router node sees: the K=100 workload's first 4M block
+// ops fill every worker's cache (untimed), then the next 5M, each Stored
+// event followed by the Removed event of its evictions, are timed. The
+// stream is generated outside the timer.
+func BenchmarkApplySteady(b *testing.B) {
+	const warmOps, endOps = 4_000_000, 9_000_000
+	tr := embeddedTrace(b)
+	cfg := Config{Workers: 128, Capacity: 8192, Duplicate: 100}
+	var (
+		stream []engine.Event
+		ops    int64
+		warm   = -1
+	)
+	done := errors.New("enough events")
+	err := Generate(context.Background(), tr, cfg, func(_ Request, evs []engine.Event) error {
+		if warm < 0 && ops >= warmOps {
+			warm = len(stream)
+		}
+		stream = append(stream, CloneEvents(evs)...)
+		ops += int64(BlockOps(evs))
+		if ops >= endOps {
+			return done
+		}
+		return nil
+	})
+	if !errors.Is(err, done) {
+		b.Fatalf("Generate ended before %d block ops: %v", endOps, err)
+	}
+	timed := int64(BlockOps(stream[warm:]))
+
+	var elapsed time.Duration
+	for b.Loop() {
+		b.StopTimer()
+		ix := engine.New()
+		for i := range stream[:warm] {
+			if err := ix.Apply(&stream[i]); err != nil {
+				b.Fatalf("event %d: %v", i, err)
+			}
+		}
+		b.StartTimer()
+		start := time.Now()
+		for i := warm; i < len(stream); i++ {
+			if err := ix.Apply(&stream[i]); err != nil {
+				b.Fatalf("event %d: %v", i, err)
+			}
+		}
+		elapsed += time.Since(start)
+	}
+	total := float64(timed) * float64(b.N)
+	b.ReportMetric(total/elapsed.Seconds(), "block_ops/s")
+	b.ReportMetric(float64(elapsed.Nanoseconds())/total, "ns/block_op")
+}
+
 // BenchmarkMatch times Match, one call per op, over the requests of the K=24
 // workload against the index state that workload leaves (over 1M holder
 // blocks). It reports percentiles of the per-call durations.
