@@ -407,12 +407,19 @@ func (l *Loader) Finish(c Counters) (*Index, error) {
 	return ix, nil
 }
 
+// loadedCap is the capacity of a table the loader builds for n items: the
+// load a table has after shrinking (0.6), not after growing (0.5). A loaded
+// table still has room to grow by half before its first resize, and a
+// restart faults in less new memory: 65 MB less for 10M holder-blocks, and
+// the 10M restart took 1.9-2.1 s against 2.1-2.6 s in alternating runs.
+func loadedCap(n int) int { return shrunkCap(n) }
+
 // buildTable builds the shard's table from its slab of places.
 func (s *shard) buildTable() error {
 	if s.places == 0 {
 		return nil
 	}
-	s.table = hugeAdvised(make([]uint64, grownCap(s.places)))
+	s.table = hugeAdvised(make([]uint64, loadedCap(s.places)))
 	for local := uint32(1); local < s.nextNew; local++ {
 		p := s.place(local)
 		fp := fingerprint(keyHash(p.pos, p.th))
@@ -430,7 +437,7 @@ func (s *shard) buildTable() error {
 
 // buildRev builds the worker's reverse map from its blocks.
 func (w *worker) buildRev(blocks []revSlot) error {
-	w.rev.slots = hugeAdvised(make([]revSlot, grownCap(len(blocks))))
+	w.rev.slots = hugeAdvised(make([]revSlot, loadedCap(len(blocks))))
 	for _, b := range blocks {
 		at, stop := w.rev.findMixed(b.mixed())
 		if at >= 0 {
