@@ -53,7 +53,7 @@ type hold struct {
 // zero says whether the contents must be zeroed.
 func resized[T any](buf []T, n int, zero bool) []T {
 	if cap(buf) < n {
-		return make([]T, n)
+		return populated(make([]T, n))
 	}
 	buf = buf[:n]
 	if zero {
@@ -331,7 +331,10 @@ func (f *Frozen) Places(yield func(*PlaceRecord) bool) {
 	// holders come sorted. The count pass looks each pair's ordinal up
 	// once (a read that misses the cache) and keeps it for the next pass.
 	start := resized(sc.start, len(spans)+1, true)
-	ords := slices.Grow(sc.ords[:0], f.stats.HolderBlocks)
+	ords := sc.ords[:0]
+	if cap(ords) < f.stats.HolderBlocks {
+		ords = populated(make([]int32, 0, f.stats.HolderBlocks))
+	}
 	for _, slots := range f.revs {
 		for _, s := range slots {
 			if s.ref != 0 {

@@ -11,3 +11,11 @@ func adviseHugeRange(p, n uintptr) {
 	// not one Go allocation.
 	_, _, _ = syscall.Syscall(syscall.SYS_MADVISE, beg, end-beg, syscall.MADV_HUGEPAGE)
 }
+
+// madvPopulateWrite is MADV_POPULATE_WRITE (Linux 5.14), missing from package syscall.
+const madvPopulateWrite = 23
+
+func populateRange(p, n uintptr) {
+	beg := p &^ (4096 - 1)
+	_, _, _ = syscall.Syscall(syscall.SYS_MADVISE, beg, p+n-beg, madvPopulateWrite)
+}

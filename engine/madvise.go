@@ -40,3 +40,22 @@ func hugeAdvised[T any](buf []T) []T {
 	}
 	return buf
 }
+
+// Working memory that is new but not worth huge pages (see above: Places'
+// scratch, which a process's first snapshot allocates) is populated: one
+// madvise(MADV_POPULATE_WRITE) maps the whole range. On this project's VMs
+// that costs 0.2 ms a MiB, and the first access to each page still costs
+// about 1.7 ms a MiB (the hypervisor maps it then), against 3.2 ms a MiB
+// for faulting pages in one at a time. A process's first 10M holder-block
+// snapshot wrote at 3.8-4.0M holder-blocks/s with it, 2.7-3.2M without.
+
+// populated faults all of buf's capacity in with one system call and
+// returns buf. It is a hint: errors are ignored (MADV_POPULATE_WRITE needs
+// Linux 5.14), and it does nothing off Linux.
+func populated[T any](buf []T) []T {
+	var zero T
+	if n := uintptr(cap(buf)) * unsafe.Sizeof(zero); n >= hugeAdviceMin {
+		populateRange(uintptr(unsafe.Pointer(unsafe.SliceData(buf))), n)
+	}
+	return buf
+}

@@ -3,3 +3,5 @@
 package engine
 
 func adviseHugeRange(p, n uintptr) {}
+
+func populateRange(p, n uintptr) {}
