@@ -41,13 +41,16 @@ func hugeAdvised[T any](buf []T) []T {
 	return buf
 }
 
-// Working memory that is new but not worth huge pages (see above: Places'
-// scratch, which a process's first snapshot allocates) is populated: one
-// madvise(MADV_POPULATE_WRITE) maps the whole range. On this project's VMs
-// that costs 0.2 ms a MiB, and the first access to each page still costs
-// about 1.7 ms a MiB (the hypervisor maps it then), against 3.2 ms a MiB
-// for faulting pages in one at a time. A process's first 10M holder-block
-// snapshot wrote at 3.8-4.0M holder-blocks/s with it, 2.7-3.2M without.
+// Other new memory that is filled at random is populated instead: one
+// madvise(MADV_POPULATE_WRITE) maps the whole range, in 4 KiB pages. On
+// this project's VMs that costs 0.2 ms a MiB, and the first access to each
+// page still costs about 1.7 ms a MiB (the hypervisor maps it then),
+// against 3.2 ms a MiB for faulting pages in one at a time. It is used for
+// the tables and slab pages of a growing index (kvidx bench applied at
+// 1.93-2.21M block ops/s with it, 1.79-1.95M without, alternating) and
+// for Places' working memory, new on a process's first snapshot (the
+// first 10M holder-block write ran at 3.8-4.0M holder-blocks/s with it,
+// 2.7-3.2M without).
 
 // populated faults all of buf's capacity in with one system call and
 // returns buf. It is a hint: errors are ignored (MADV_POPULATE_WRITE needs

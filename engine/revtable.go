@@ -111,7 +111,7 @@ func (t *revTable) del(key uint64) (uint32, bool) {
 
 func (t *revTable) resize(size int) {
 	old := t.slots
-	t.slots = make([]revSlot, size)
+	t.slots = populated(make([]revSlot, size))
 	for _, s := range old {
 		if s.ref != 0 {
 			t.insertAt(slotHome(s.hi, size), s)

@@ -256,7 +256,7 @@ func (s *shard) insertAt(i int, slot uint64) {
 
 func (s *shard) resize(size int) {
 	old := s.table
-	s.table = make([]uint64, size)
+	s.table = populated(make([]uint64, size))
 	for _, slot := range old {
 		if slot != 0 {
 			s.insertAt(home(uint32(slot>>32), size), slot)
@@ -297,7 +297,7 @@ func (s *shard) allocPlace() uint32 {
 		panic("kvidx engine: shard place numbers exhausted")
 	}
 	if int(local>>pageBits) == len(s.pages) {
-		s.pages = append(s.pages, make([]place, pageSize))
+		s.pages = append(s.pages, populated(make([]place, pageSize)))
 	}
 	s.nextNew++
 	return local
