@@ -178,12 +178,12 @@ func (ix *Index) prepare() *Frozen {
 	for i, n := range revLens {
 		if cap(f.revs[i]) < n {
 			// Room to grow a little before the copy.
-			f.revs[i] = touched(make([]revSlot, 0, n+n/8+8), revSlotBytes)
+			f.revs[i] = touched(populated(make([]revSlot, 0, n+n/8+8)), revSlotBytes)
 		}
 	}
 	for si, n := range pages {
 		for len(f.pages[si]) < n {
-			f.pages[si] = append(f.pages[si], touched(make([]place, 0, pageSize), placeBytes))
+			f.pages[si] = append(f.pages[si], touched(populated(make([]place, 0, pageSize)), placeBytes))
 		}
 	}
 	return f

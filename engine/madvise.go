@@ -50,7 +50,10 @@ func hugeAdvised[T any](buf []T) []T {
 // 1.93-2.21M block ops/s with it, 1.79-1.95M without, alternating) and
 // for Places' working memory, new on a process's first snapshot (the
 // first 10M holder-block write ran at 3.8-4.0M holder-blocks/s with it,
-// 2.7-3.2M without).
+// 2.7-3.2M without). PrepareFreeze populates the copy's new memory before
+// touching it, so that the copy faults nothing in under the writer lock:
+// a freeze of 1M holder-blocks in fresh memory took a median 33 ms with
+// it, 45 ms without.
 
 // populated faults all of buf's capacity in with one system call and
 // returns buf. It is a hint: errors are ignored (MADV_POPULATE_WRITE needs
