@@ -328,8 +328,11 @@ func (f *Frozen) Places(yield func(*PlaceRecord) bool) {
 	})
 	// Counting sort of the reverse maps' (worker, block hash) pairs into
 	// output order: workers are visited in key order, so each place's
-	// holders come sorted. The count pass looks each pair's ordinal up
-	// once (a read that misses the cache) and keeps it for the next pass.
+	// holders come sorted. Each pair's ordinal is looked up once (a read
+	// that misses the cache) and kept for the scatter pass. Lookups and
+	// counts are two loops: each has one miss an iteration and little
+	// else, so the processor keeps many more misses in flight than in
+	// one loop doing both.
 	start := resized(sc.start, len(spans)+1, true)
 	ords := sc.ords[:0]
 	if cap(ords) < f.stats.HolderBlocks {
@@ -338,11 +341,13 @@ func (f *Frozen) Places(yield func(*PlaceRecord) bool) {
 	for _, slots := range f.revs {
 		for _, s := range slots {
 			if s.ref != 0 {
-				o := ord[dense(s.ref)]
-				start[o]++
-				ords = append(ords, o-1)
+				ords = append(ords, ord[dense(s.ref)])
 			}
 		}
+	}
+	for i, o := range ords {
+		start[o]++
+		ords[i] = o - 1
 	}
 	sc.start, sc.ords = start, ords
 	for o := 1; o < len(start); o++ {
@@ -395,15 +400,21 @@ func (f *Frozen) Places(yield func(*PlaceRecord) bool) {
 		// between yields. A link goes stale when its parent is freed and
 		// the slot reused; those that skip a position are dropped here, and
 		// the loader checks that the rest chain to their child.
+		// Two loops again, one miss an iteration each: the parent's
+		// ordinal, then the parent's position.
 		for o := lo; o < hi; o++ {
 			s := &spans[o]
-			pid := int32(0)
+			p := int32(0)
 			if s.parent >= 0 {
-				if p := ord[s.parent]; p != 0 && p <= int32(o) && spans[p-1].pos+1 == s.pos {
-					pid = p
-				}
+				p = ord[s.parent]
 			}
-			s.parent = pid
+			s.parent = p
+		}
+		for o := lo; o < hi; o++ {
+			s := &spans[o]
+			if p := s.parent; p != 0 && (p > int32(o) || spans[p-1].pos+1 != s.pos) {
+				s.parent = 0
+			}
 		}
 		for o := lo; o < hi; o++ {
 			s := &spans[o]
