@@ -172,7 +172,8 @@ func TestBadMeta(t *testing.T) {
 		name, want string
 		edit       func(mb *bolt.Bucket) error
 	}{
-		{"wrong version", "unknown format version 2 (this build reads 1)", func(mb *bolt.Bucket) error { return mb.Put([]byte(metaFormat), u32(2)) }},
+		{"newer version", "unknown format version 3 (this build reads 1 to 2)", func(mb *bolt.Bucket) error { return mb.Put([]byte(metaFormat), u32(FormatVersion+1)) }},
+		{"version 0", "unknown format version 0 (this build reads 1 to 2)", func(mb *bolt.Bucket) error { return mb.Put([]byte(metaFormat), u32(0)) }},
 		{"missing key", "meta incomplete: no entries", func(mb *bolt.Bucket) error { return mb.Delete([]byte(metaEntries)) }},
 		{"edited count", "meta checksum mismatch", func(mb *bolt.Bucket) error {
 			return mb.Put([]byte(metaEntries), binary.BigEndian.AppendUint64(nil, 3))

@@ -19,10 +19,12 @@
 //     position, ordinal of the first place, place and holder-block counts)
 //     and a snappy block of compactly encoded places: position deltas,
 //     parent as an ordinal distance, tokens hash and seq, holders as
-//     worker-index deltas, block hashes raw (see chunkHeader). A chunk that
-//     snappy would hardly shrink (random block hashes) is stored as a snappy
-//     block of one literal. Places are numbered 1, 2, ... in file order; the
-//     IDs are not stored.
+//     worker-index deltas, block hashes raw, except a holder's first when
+//     it equals the place's seq, as Dynamo's engines name blocks (format
+//     version 2; see chunkHeader). A chunk that snappy would hardly shrink
+//     (random block hashes) is stored as a snappy block of one literal.
+//     Places are numbered 1, 2, ... in file order; the IDs are not stored.
+//     Files of format version 1 (no such omission) are read too.
 //
 // The data checksum covers the worker table and every chunk key and value
 // in order.

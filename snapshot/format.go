@@ -13,9 +13,17 @@ import (
 	"github.com/kvidx/kvidx/engine"
 )
 
-// FormatVersion is the version of the file layout this package writes and
-// the only one it reads.
-const FormatVersion = 1
+// FormatVersion is the version of the file layout this package writes. It
+// reads it and every earlier one (see minFormatVersion).
+//
+// Version 2 (kvidx's fourth session) omits a holder's first block hash when
+// it equals the place's router seq, which is what Dynamo's engines send:
+// snappy used to find those 8 bytes again, at a tenth of a write's time.
+// Version 1 has no such flag.
+const FormatVersion = 2
+
+// minFormatVersion is the oldest version this package reads.
+const minFormatVersion = 1
 
 // SeqRule names the router sequence chain the engine computes (see
 // [engine.NextSeq]). A file written under another rule is rejected.
@@ -95,9 +103,11 @@ func parseChunkKey(k []byte) (firstPos, seq uint32, err error) {
 //	8 bytes seq, little-endian
 //	uvarint number of holders (>= 1)
 //	per holder, in worker-index order:
-//	  uvarint (worker index - previous worker index - 1) << 1 | (1 if more than one block hash)
-//	  [uvarint number of block hashes - 2, when flagged]
-//	  8 bytes per block hash, little-endian
+//	  uvarint (worker index - previous worker index - 1) << 2
+//	          | (2 if the first block hash equals the seq and is omitted; version 1: no such bit, shift 1)
+//	          | (1 if more than one block hash)
+//	  [uvarint number of block hashes - 2, when flagged; the omitted one counts]
+//	  8 bytes per block hash not omitted, little-endian
 type chunkHeader struct {
 	lastPos      uint32
 	firstOrd     uint64
@@ -130,6 +140,12 @@ func parseChunkHeader(v []byte) (chunkHeader, error) {
 	h.lastPos, h.firstOrd, h.places, h.holderBlocks, h.body = uint32(vals[0]), vals[1], int(vals[2]), int(vals[3]), v
 	return h, nil
 }
+
+// Flags of a holder's first uvarint.
+const (
+	holderMulti    = 1 // more than one block hash: their number - 2 follows
+	holderSeqFirst = 2 // the first block hash is the place's seq, not written (version 2)
+)
 
 // encoder builds chunk bodies from place records.
 type encoder struct {
@@ -178,15 +194,20 @@ func (e *encoder) add(rec *engine.PlaceRecord, ord, parentOrd uint64, widx func(
 		if n == 0 {
 			return fmt.Errorf("place at position %d: holder %v without block hash", rec.Position, h.Worker)
 		}
-		x := uint64(int64(w)-prevW-1) << 1
+		x := uint64(int64(w)-prevW-1) << 2
+		hashes := h.BlockHashes
+		if hashes[0] == rec.Seq {
+			x |= holderSeqFirst
+			hashes = hashes[1:]
+		}
 		if n > 1 {
-			x |= 1
+			x |= holderMulti
 		}
 		b = binary.AppendUvarint(b, x)
 		if n > 1 {
 			b = binary.AppendUvarint(b, uint64(n-2))
 		}
-		for _, bh := range h.BlockHashes {
+		for _, bh := range hashes {
 			b = binary.LittleEndian.AppendUint64(b, bh)
 		}
 		prevW = int64(w)
@@ -249,6 +270,7 @@ const storeRun = 15
 // decoder decodes chunks back into place records, checking everything that
 // does not need the engine: order, ranges, references, counts.
 type decoder struct {
+	version uint32 // the file's format version
 	workers []engine.WorkerKey
 	sel     []bool // selected worker indices; nil: all
 	// countEntries counts distinct (position, tokens hash) pairs, for checks
@@ -377,7 +399,13 @@ func (d *decoder) chunk(k, v []byte, from, to uint32, out *engine.PlaceBatch) er
 	if err != nil {
 		return fmt.Errorf("chunk decompression: %w", err)
 	}
-	if h.holderBlocks > len(body)/8 {
+	// A holder-block takes 8 bytes, or, omitted, at least the byte of
+	// its holder's uvarint: bound what the header makes us allocate.
+	maxHBs := len(body) / 8
+	if d.version >= 2 {
+		maxHBs = len(body)
+	}
+	if h.holderBlocks > maxHBs {
 		return errors.New("chunk header: holder-block count exceeds its data")
 	}
 	if d.nextOrd != 0 && h.firstOrd != d.nextOrd {
@@ -435,18 +463,29 @@ func (d *decoder) chunk(k, v []byte, from, to uint32, out *engine.PlaceBatch) er
 			if x, body, err = uvarint(body); err != nil {
 				return err
 			}
-			w += int64(x>>1) + 1
+			seqFirst, shift := false, 1
+			if d.version >= 2 {
+				seqFirst, shift = x&holderSeqFirst != 0, 2
+			}
+			w += int64(x>>shift) + 1
 			if w >= int64(len(d.workers)) {
 				return fmt.Errorf("place %d: worker index %d outside the worker table", ord, w)
 			}
 			nb := uint64(1)
-			if x&1 != 0 {
+			if x&holderMulti != 0 {
 				if nb, body, err = uvarint(body); err != nil {
 					return err
 				}
+				if nb > math.MaxUint32 {
+					return fmt.Errorf("place %d: bad block hash count", ord)
+				}
 				nb += 2
 			}
-			if nb > uint64(len(body)/8) {
+			written := nb // block hashes in the body
+			if seqFirst {
+				written--
+			}
+			if written > uint64(len(body)/8) {
 				return errors.New("place truncated")
 			}
 			hbs += int(nb)
@@ -454,13 +493,16 @@ func (d *decoder) chunk(k, v []byte, from, to uint32, out *engine.PlaceBatch) er
 				return errors.New("more holder-blocks than the chunk header says")
 			}
 			if d.sel != nil && !d.sel[w] {
-				body = body[8*nb:]
+				body = body[8*written:]
 				continue
 			}
-			for j := uint64(0); j < nb; j++ {
+			if seqFirst {
+				out.Hashes = append(out.Hashes, seq)
+			}
+			for j := uint64(0); j < written; j++ {
 				out.Hashes = append(out.Hashes, binary.LittleEndian.Uint64(body[8*j:]))
 			}
-			body = body[8*nb:]
+			body = body[8*written:]
 			out.Holders = append(out.Holders, engine.BatchHolder{Worker: uint32(w), HashesEnd: uint32(len(out.Hashes))})
 		}
 		var parent uint32

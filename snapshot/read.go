@@ -108,8 +108,9 @@ func (r *Reader) readHead(tx *bolt.Tx) error {
 	if err != nil {
 		return err
 	}
-	if ver := binary.BigEndian.Uint32(v); ver != FormatVersion {
-		return corrupt(path, "unknown format version %d (this build reads %d)", ver, FormatVersion)
+	ver := binary.BigEndian.Uint32(v)
+	if ver < minFormatVersion || ver > FormatVersion {
+		return corrupt(path, "unknown format version %d (this build reads %d to %d)", ver, minFormatVersion, FormatVersion)
 	}
 	for _, k := range []string{metaWALIndex, metaCreated, metaHashSeed, metaSeqRule, metaEntries, metaHolderBlocks,
 		metaWorkerKeys, metaPlaces, metaChunks, metaCounters, metaSources, metaChecksum} {
@@ -132,7 +133,7 @@ func (r *Reader) readHead(tx *bolt.Tx) error {
 		return corrupt(path, "meta checksum mismatch")
 	}
 	m := &r.meta
-	m.Version = FormatVersion
+	m.Version = int(ver)
 	if m.Index, err = u64(metaWALIndex); err != nil {
 		return err
 	}
@@ -230,7 +231,7 @@ func (r *Reader) Scan(ctx context.Context, from, to uint32, workers []engine.Wor
 	if from > to {
 		return nil
 	}
-	d := &decoder{workers: r.workers}
+	d := &decoder{version: uint32(r.meta.Version), workers: r.workers}
 	var out engine.PlaceBatch
 	var rec engine.PlaceRecord
 	if len(workers) > 0 {
@@ -314,7 +315,7 @@ func (r *Reader) view(fn func(*bolt.Tx) error) (err error) {
 // chunk's places in a batch it then owns, and returns an empty batch for the
 // next chunk (the same one, reset, when it keeps nothing).
 func (r *Reader) each(ctx context.Context, countEntries bool, fn func(*engine.PlaceBatch) (*engine.PlaceBatch, error)) error {
-	d := &decoder{workers: r.workers, nextOrd: 1, countEntries: countEntries}
+	d := &decoder{version: uint32(r.meta.Version), workers: r.workers, nextOrd: 1, countEntries: countEntries}
 	out := &engine.PlaceBatch{}
 	err := r.view(func(tx *bolt.Tx) error {
 		crc := checksumUpdate(0, tx.Bucket(bucketWorkers).Get(workersKey))
