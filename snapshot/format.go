@@ -141,6 +141,10 @@ func parseChunkHeader(v []byte) (chunkHeader, error) {
 	return h, nil
 }
 
+// minPlaceBytes is the least a place takes in a chunk body: two uvarints,
+// the tokens hash and seq, a holder count and one holder's uvarint.
+const minPlaceBytes = 20
+
 // Flags of a holder's first uvarint.
 const (
 	holderMulti    = 1 // more than one block hash: their number - 2 follows
@@ -400,7 +404,7 @@ func (d *decoder) chunk(k, v []byte, from, to uint32, out *engine.PlaceBatch) er
 		return fmt.Errorf("chunk decompression: %w", err)
 	}
 	// A holder-block takes 8 bytes, or, omitted, at least the byte of
-	// its holder's uvarint: bound what the header makes us allocate.
+	// its holder's uvarint.
 	maxHBs := len(body) / 8
 	if d.version >= 2 {
 		maxHBs = len(body)
@@ -411,10 +415,15 @@ func (d *decoder) chunk(k, v []byte, from, to uint32, out *engine.PlaceBatch) er
 	if d.nextOrd != 0 && h.firstOrd != d.nextOrd {
 		return fmt.Errorf("chunk starts at place %d, want %d: a chunk is missing or repeated", h.firstOrd, d.nextOrd)
 	}
+	// Room for what the header announces, as far as the data can hold it
+	// written out (8 bytes a block hash, 20 a place at least): a damaged
+	// header must not make a large allocation. Omitted block hashes (version
+	// 2) grow the batch as they come; batches are reused, so only the
+	// first chunks grow it.
 	out.Workers = d.workers
-	out.Hashes = slices.Grow(out.Hashes, h.holderBlocks)
-	out.Holders = slices.Grow(out.Holders, h.holderBlocks)
-	out.Places = slices.Grow(out.Places, min(h.places, len(body)))
+	out.Hashes = slices.Grow(out.Hashes, min(h.holderBlocks, len(body)/8))
+	out.Holders = slices.Grow(out.Holders, min(h.holderBlocks, len(body)/8))
+	out.Places = slices.Grow(out.Places, min(h.places, len(body)/minPlaceBytes))
 	ord := h.firstOrd
 	pos := firstPos
 	hbs := 0
@@ -467,10 +476,11 @@ func (d *decoder) chunk(k, v []byte, from, to uint32, out *engine.PlaceBatch) er
 			if d.version >= 2 {
 				seqFirst, shift = x&holderSeqFirst != 0, 2
 			}
-			w += int64(x>>shift) + 1
-			if w >= int64(len(d.workers)) {
-				return fmt.Errorf("place %d: worker index %d outside the worker table", ord, w)
+			// Checked before it is added: a delta near 2^63 would wrap.
+			if dw := x >> shift; dw >= uint64(len(d.workers)) || w+int64(dw)+1 >= int64(len(d.workers)) {
+				return fmt.Errorf("place %d: worker index beyond the worker table", ord)
 			}
+			w += int64(x>>shift) + 1
 			nb := uint64(1)
 			if x&holderMulti != 0 {
 				if nb, body, err = uvarint(body); err != nil {

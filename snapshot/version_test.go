@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"encoding/binary"
 	"math"
 	"slices"
 	"testing"
@@ -132,4 +133,47 @@ func sameRecord(a, b engine.PlaceRecord) bool {
 		slices.EqualFunc(a.Holders, b.Holders, func(x, y engine.HolderRecord) bool {
 			return x.Worker == y.Worker && slices.Equal(x.BlockHashes, y.BlockHashes)
 		})
+}
+
+// Damaged chunks are refused without a panic and without allocating what
+// their header claims: a worker-index delta that would wrap around (version
+// 1 shifts it by one bit only), and a header announcing far more
+// holder-blocks and places than the data holds.
+func TestDecoderHostileChunks(t *testing.T) {
+	workers := []engine.WorkerKey{{WorkerID: 1}, {WorkerID: 2}}
+	le := func(x uint64) []byte { return binary.LittleEndian.AppendUint64(nil, x) }
+	value := func(h chunkHeader, body []byte) []byte {
+		return appendSnappyStored(appendChunkHeader(nil, h), body)
+	}
+	var wrap []byte
+	wrap = binary.AppendUvarint(wrap, 0) // position delta
+	wrap = binary.AppendUvarint(wrap, 0) // no parent
+	wrap = append(append(wrap, le(9)...), le(9)...)
+	wrap = binary.AppendUvarint(wrap, 2)                   // two holders
+	wrap = append(binary.AppendUvarint(wrap, 0), le(1)...) // worker 0
+	wrap = append(binary.AppendUvarint(wrap, math.MaxUint64-1), le(2)...)
+	zeros := make([]byte, 1<<20)
+	cases := []struct {
+		name    string
+		version uint32
+		v       []byte
+	}{
+		{"wrapping worker delta, version 1", 1, value(chunkHeader{firstOrd: 1, places: 1, holderBlocks: 2}, wrap)},
+		{"wrapping worker delta, version 2", 2, value(chunkHeader{firstOrd: 1, places: 1, holderBlocks: 2}, wrap)},
+		{"inflated counts", 2, value(chunkHeader{firstOrd: 1, places: 1 << 20, holderBlocks: 1 << 20}, zeros)},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			for _, sel := range [][]bool{nil, {true, false}} {
+				d := &decoder{version: c.version, workers: workers, sel: sel}
+				var out engine.PlaceBatch
+				if err := d.chunk(chunkKey(0, 0), c.v, 0, math.MaxUint32, &out); err == nil {
+					t.Fatalf("accepted: %+v", out)
+				}
+				if cap(out.Hashes) > len(c.v)/8+64 || cap(out.Holders) > len(c.v)/8+64 || cap(out.Places) > len(c.v)/minPlaceBytes+64 {
+					t.Fatalf("allocated %d hashes, %d holders, %d places for a %d-byte chunk", cap(out.Hashes), cap(out.Holders), cap(out.Places), len(c.v))
+				}
+			}
+		})
+	}
 }
