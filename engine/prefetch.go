@@ -107,6 +107,10 @@ const (
 	tableSlotsPerLine = 64 / 8
 )
 
+// A non-empty table has at least minTable slots, so wrapAdd's k <= n holds
+// for both steps above; this fails to compile if that stops being true.
+const _ = uint(minTable-tableSlotsPerLine) + uint(minTable-revSlotsPerLine)
+
 // wrapAdd is (i + k) mod n for i < n and k <= n, without a division.
 func wrapAdd(i, k, n int) int {
 	if i += k; i >= n {
