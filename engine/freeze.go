@@ -334,10 +334,7 @@ func (f *Frozen) Places(yield func(*PlaceRecord) bool) {
 	// else, so the processor keeps many more misses in flight than in
 	// one loop doing both.
 	start := resized(sc.start, len(spans)+1, true)
-	ords := sc.ords[:0]
-	if cap(ords) < f.stats.HolderBlocks {
-		ords = populated(make([]int32, 0, f.stats.HolderBlocks))
-	}
+	ords := resized(sc.ords, f.stats.HolderBlocks, false)[:0]
 	for _, slots := range f.revs {
 		for _, s := range slots {
 			if s.ref != 0 {
@@ -395,13 +392,13 @@ func (f *Frozen) Places(yield func(*PlaceRecord) bool) {
 			holds[fill[i]] = h
 			fill[i]++
 		}
-		// Resolve parent links to ordinals in a pass of their own: its
+		// Resolve parent links to ordinals in passes of their own: their
 		// random reads overlap one another here, which they would not
-		// between yields. A link goes stale when its parent is freed and
-		// the slot reused; those that skip a position are dropped here, and
-		// the loader checks that the rest chain to their child.
-		// Two loops again, one miss an iteration each: the parent's
-		// ordinal, then the parent's position.
+		// between yields, and each pass has one miss an iteration (the
+		// parent's ordinal, then the parent's position). A link goes stale
+		// when its parent is freed and the slot reused; those that skip a
+		// position are dropped here, and the loader checks that the rest
+		// chain to their child.
 		for o := lo; o < hi; o++ {
 			s := &spans[o]
 			p := int32(0)

@@ -15,9 +15,9 @@ import "unsafe"
 // huge pages more slowly than from 4 KiB pages (a freeze's Places pass took
 // twice as long, the apply benchmark ~8% longer, a match's p50 ~15%; warm
 // 10M snapshot writes with Places' scratch advised fell from 4.3M to 2.9M
-// holder-blocks/s. A pointer-chasing probe, though, reads both alike: the
-// cause is not known), so
-// the live index's own allocations and snapshot copies are not advised;
+// holder-blocks/s; a pointer-chasing probe, though, reads both alike, and
+// the cause is not known), so the live index's own allocations and
+// snapshot copies are not advised;
 // they may still land in advised ranges when the heap reuses memory the
 // loader freed. A loaded index keeps the loader's huge pages: a restart is
 // rare, and its speed is what brings a router node back. The usual costs
@@ -37,11 +37,17 @@ const hugeAdviceMin = 32 << 10
 // pages and returns buf. It is a hint: errors are ignored, and it does
 // nothing off Linux.
 func hugeAdvised[T any](buf []T) []T {
-	var zero T
-	if n := uintptr(cap(buf)) * unsafe.Sizeof(zero); n >= hugeAdviceMin {
-		adviseHugeRange(uintptr(unsafe.Pointer(unsafe.SliceData(buf))), n)
+	if p, n := backing(buf); n >= hugeAdviceMin {
+		adviseHugeRange(p, n)
 	}
 	return buf
+}
+
+// backing returns the address and size in bytes of buf's backing array,
+// all of its capacity.
+func backing[T any](buf []T) (p, n uintptr) {
+	var zero T
+	return uintptr(unsafe.Pointer(unsafe.SliceData(buf))), uintptr(cap(buf)) * unsafe.Sizeof(zero)
 }
 
 // Other new memory that is filled at random is populated instead: one
@@ -62,9 +68,8 @@ func hugeAdvised[T any](buf []T) []T {
 // returns buf. It is a hint: errors are ignored (MADV_POPULATE_WRITE needs
 // Linux 5.14), and it does nothing off Linux.
 func populated[T any](buf []T) []T {
-	var zero T
-	if n := uintptr(cap(buf)) * unsafe.Sizeof(zero); n >= hugeAdviceMin {
-		populateRange(uintptr(unsafe.Pointer(unsafe.SliceData(buf))), n)
+	if p, n := backing(buf); n >= hugeAdviceMin {
+		populateRange(p, n)
 	}
 	return buf
 }

@@ -454,30 +454,24 @@ func (s *shard) deletePlace(local uint32, p *place) {
 // addKids adds delta (+1 or -1) to wid's kids count on place local and
 // reports whether wid holds it. Writer only, without the lock: see holder.
 func (s *shard) addKids(local, wid uint32, delta int32) bool {
-	hs := s.holders(s.place(local))
-	for i := range hs {
-		if hs[i].wid() != wid {
-			continue
-		}
-		key := uint64(local)<<32 | uint64(wid)
-		switch {
-		case delta > 0 && hs[i].kids() == kidsMax:
-			if s.bigKids == nil {
-				s.bigKids = map[uint64]uint32{}
-			}
-			s.bigKids[key]++
-		case delta > 0:
-			atomic.StoreUint32((*uint32)(&hs[i]), uint32(hs[i])+kidsOne)
-		case s.bigKids[key] > 0:
-			if s.bigKids[key]--; s.bigKids[key] == 0 {
-				delete(s.bigKids, key)
-			}
-		default:
-			atomic.StoreUint32((*uint32)(&hs[i]), uint32(hs[i])-kidsOne)
-		}
-		return true
+	h := s.holderOf(local, wid)
+	if h == nil {
+		return false
 	}
-	return false
+	key := uint64(local)<<32 | uint64(wid)
+	switch {
+	case delta > 0 && h.kids() == kidsMax:
+		s.addBigKid(key)
+	case delta > 0:
+		atomic.StoreUint32((*uint32)(h), uint32(*h)+kidsOne)
+	case s.bigKids[key] > 0:
+		if s.bigKids[key]--; s.bigKids[key] == 0 {
+			delete(s.bigKids, key)
+		}
+	default:
+		atomic.StoreUint32((*uint32)(h), uint32(*h)-kidsOne)
+	}
+	return true
 }
 
 // addKidUnshared is addKids(local, wid, 1) for an index no query can see
@@ -486,22 +480,35 @@ func (s *shard) addKids(local, wid uint32, delta int32) bool {
 // has a store in flight to a reverse-map list for each block. It reports
 // whether wid holds the place.
 func (s *shard) addKidUnshared(local, wid uint32) bool {
+	h := s.holderOf(local, wid)
+	switch {
+	case h == nil:
+		return false
+	case h.kids() == kidsMax:
+		s.addBigKid(uint64(local)<<32 | uint64(wid))
+	default:
+		*h += kidsOne
+	}
+	return true
+}
+
+// holderOf returns wid's holder on place local, or nil.
+func (s *shard) holderOf(local, wid uint32) *holder {
 	hs := s.holders(s.place(local))
 	for i := range hs {
-		if hs[i].wid() != wid {
-			continue
+		if hs[i].wid() == wid {
+			return &hs[i]
 		}
-		if hs[i].kids() == kidsMax {
-			if s.bigKids == nil {
-				s.bigKids = map[uint64]uint32{}
-			}
-			s.bigKids[uint64(local)<<32|uint64(wid)]++
-		} else {
-			hs[i] += kidsOne
-		}
-		return true
 	}
-	return false
+	return nil
+}
+
+// addBigKid counts one kid beyond kidsMax for key (place number<<32 | id).
+func (s *shard) addBigKid(key uint64) {
+	if s.bigKids == nil {
+		s.bigKids = map[uint64]uint32{}
+	}
+	s.bigKids[key]++
 }
 
 // holderKids is wid's full kids count on place local (for Verify).

@@ -477,10 +477,11 @@ func (d *decoder) chunk(k, v []byte, from, to uint32, out *engine.PlaceBatch) er
 				seqFirst, shift = x&holderSeqFirst != 0, 2
 			}
 			// Checked before it is added: a delta near 2^63 would wrap.
-			if dw := x >> shift; dw >= uint64(len(d.workers)) || w+int64(dw)+1 >= int64(len(d.workers)) {
+			dw := x >> shift
+			if dw >= uint64(len(d.workers)) || w+int64(dw)+1 >= int64(len(d.workers)) {
 				return fmt.Errorf("place %d: worker index beyond the worker table", ord)
 			}
-			w += int64(x>>shift) + 1
+			w += int64(dw) + 1
 			nb := uint64(1)
 			if x&holderMulti != 0 {
 				if nb, body, err = uvarint(body); err != nil {
