@@ -49,6 +49,40 @@ type hold struct {
 	bh   uint64
 }
 
+// reserve makes room in the scratch arrays of Places' later passes for
+// holderBlocks pairs and places places, and returns a channel closed once
+// that memory is faulted in. Fresh memory is what a process's first snapshot
+// waits on here (see populated): the other goroutine faults it in on the
+// other core, idle while Places runs its first passes (the snapshot
+// writer's goroutine waits for chunks then).
+func (sc *placesScratch) reserve(holderBlocks, places int) <-chan struct{} {
+	var fresh []func()
+	if cap(sc.holds) < holderBlocks {
+		sc.holds = make([]hold, 0, holderBlocks)
+		fresh = append(fresh, func() { touched(populated(sc.holds), holdBytes) })
+	}
+	if cap(sc.ords) < holderBlocks {
+		sc.ords = make([]int32, 0, holderBlocks)
+		fresh = append(fresh, func() { touched(populated(sc.ords), 4) })
+	}
+	if cap(sc.start) < places+1 {
+		sc.start = make([]int32, 0, places+1)
+		fresh = append(fresh, func() { touched(populated(sc.start), 4) })
+	}
+	done := make(chan struct{})
+	if len(fresh) == 0 {
+		close(done)
+		return done
+	}
+	go func() {
+		defer close(done)
+		for _, fn := range fresh {
+			fn()
+		}
+	}()
+	return done
+}
+
 // resized returns buf with length n, reusing its memory when it suffices;
 // zero says whether the contents must be zeroed.
 func resized[T any](buf []T, n int, zero bool) []T {
@@ -193,6 +227,7 @@ func (ix *Index) prepare() *Frozen {
 const (
 	revSlotBytes = 12
 	placeBytes   = 32
+	holdBytes    = 16
 )
 
 // touched writes a zero element every 4 KiB of buf's capacity, so that the
@@ -252,6 +287,9 @@ func (f *Frozen) place(ref uint32) *place {
 // output pass reads everything in sequence.
 func (f *Frozen) Places(yield func(*PlaceRecord) bool) {
 	sc := &f.scratch
+	// The arrays of the later passes, new memory on a copy's first call,
+	// are faulted in on another goroutine while the first passes run.
+	scratchReady := sc.reserve(f.stats.HolderBlocks, f.places)
 	// Number every place slot densely: shard by shard, place by place.
 	var base [shardCount + 1]int
 	for si := range f.pages {
@@ -333,6 +371,7 @@ func (f *Frozen) Places(yield func(*PlaceRecord) bool) {
 	// counts are two loops: each has one miss an iteration and little
 	// else, so the processor keeps many more misses in flight than in
 	// one loop doing both.
+	<-scratchReady
 	start := resized(sc.start, len(spans)+1, true)
 	ords := resized(sc.ords, f.stats.HolderBlocks, false)[:0]
 	for _, slots := range f.revs {
@@ -416,7 +455,12 @@ func (f *Frozen) Places(yield func(*PlaceRecord) bool) {
 		for o := lo; o < hi; o++ {
 			s := &spans[o]
 			hs := holds[start[o]:start[o+1]]
-			rec = PlaceRecord{ID: uint32(o + 1), Parent: uint32(s.parent), Position: s.pos, TokensHash: s.th, Seq: s.seq, Holders: rec.Holders[:0]}
+			// Records are filled field by field: a struct literal was built
+			// on the stack in 4- and 8-byte stores and copied out in 16-byte
+			// loads, which cannot be forwarded from them, and those copies
+			// took a third of Places.
+			rec.ID, rec.Parent, rec.Position = uint32(o+1), uint32(s.parent), s.pos
+			rec.TokensHash, rec.Seq, rec.Holders = s.th, s.seq, rec.Holders[:0]
 			bhs = bhs[:0]
 			for _, h := range hs {
 				bhs = append(bhs, h.bh)
@@ -426,7 +470,9 @@ func (f *Frozen) Places(yield func(*PlaceRecord) bool) {
 				for k < len(hs) && hs[k].w == w {
 					k++
 				}
-				rec.Holders = append(rec.Holders, HolderRecord{Worker: f.keys[w], BlockHashes: bhs[from:k:k], WorkerIndex: w})
+				rec.Holders = append(rec.Holders, HolderRecord{})
+				h := &rec.Holders[len(rec.Holders)-1]
+				h.Worker, h.BlockHashes, h.WorkerIndex = f.keys[w], bhs[from:k:k], w
 			}
 			if !yield(&rec) {
 				return

@@ -41,7 +41,7 @@ func checkBad(t *testing.T, what string, b []byte, mustFail bool, want *engine.I
 
 func corruptFixture(t *testing.T) (*engine.Index, []byte, [][]uint64) {
 	rng := rand.New(rand.NewPCG(5, 5))
-	ix := bigIndex(rng, 40, 30)
+	ix := bigIndex(rng, 80, 40)
 	p := writeSnap(t, t.TempDir(), ix, 9, WithChunkBytes(3000))
 	b, err := os.ReadFile(p)
 	if err != nil {
@@ -59,7 +59,9 @@ func TestTruncated(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 1))
 	offs := []int{0, 1, 100, pageSize, 2*pageSize - 1, 2 * pageSize, 3 * pageSize, 4 * pageSize, n / 2, n - pageSize - 17, n - pageSize, n - 1}
 	for range 10 {
-		offs = append(offs, rng.IntN(n), pageSize*rng.IntN(n/pageSize))
+		// Cuts at a 4 KiB boundary pass the size check (files of version 1
+		// and 2 have 4 KiB pages) and must be caught after it.
+		offs = append(offs, rng.IntN(n), pageSize*rng.IntN(n/pageSize), minPageSize*rng.IntN(n/minPageSize))
 	}
 	for _, off := range offs {
 		checkBad(t, "truncated at "+itoa(off), b[:off], true, ix, qs)

@@ -13,7 +13,7 @@
 //     (JSON), the source positions (JSON, opaque here), a CRC-32C of the
 //     data, and a CRC-32C of the other meta keys and values.
 //   - workers: the worker-key table, worker index -> key, sorted, 12 bytes a key.
-//   - places: chunks of about 64 KiB of places (uncompressed), each one value
+//   - places: chunks of about 62 KiB of places (uncompressed), each one value
 //     under the key (first position, chunk number), both big-endian uint32,
 //     so keys are in position order. A value is a small header (last
 //     position, ordinal of the first place, place and holder-block counts)

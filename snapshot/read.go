@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"runtime/debug"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -50,8 +52,8 @@ func open(path string, mmapFlags int) (r *Reader, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("snapshot %s: %w", path, err)
 	}
-	if sz := fi.Size(); sz < 4*pageSize || sz%pageSize != 0 || sz > math.MaxInt {
-		return nil, corrupt(path, "file size %d is not a whole number of at least 4 pages of %d bytes (truncated?)", sz, pageSize)
+	if sz := fi.Size(); sz < 4*minPageSize || sz%minPageSize != 0 || sz > math.MaxInt {
+		return nil, corrupt(path, "file size %d is not a whole number of at least 4 pages of %d bytes (truncated?)", sz, minPageSize)
 	}
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
@@ -64,10 +66,16 @@ func open(path string, mmapFlags int) (r *Reader, err error) {
 	}()
 	db, err := bolt.Open(path, 0, &bolt.Options{ReadOnly: true, Timeout: time.Second, InitialMmapSize: int(fi.Size()), MmapFlags: mmapFlags})
 	if err != nil {
-		if errors.Is(err, bolt.ErrInvalid) || errors.Is(err, bolt.ErrChecksum) || errors.Is(err, bolt.ErrVersionMismatch) {
-			return nil, corrupt(path, "%v", err)
+		// An operating system's error, or a lock held too long, says nothing
+		// of the file. Anything else is bbolt refusing the file: its own
+		// errors (ErrInvalid, ErrChecksum, ErrVersionMismatch) or unexported
+		// ones ("file size too small" for a file cut inside its second page).
+		var errno syscall.Errno
+		var pathErr *fs.PathError
+		if errors.Is(err, bolt.ErrTimeout) || errors.As(err, &errno) || errors.As(err, &pathErr) {
+			return nil, fmt.Errorf("snapshot %s: %w", path, err)
 		}
-		return nil, fmt.Errorf("snapshot %s: %w", path, err)
+		return nil, corrupt(path, "%v", err)
 	}
 	r = &Reader{path: path, db: db, size: fi.Size()}
 	if err := db.View(r.readHead); err != nil {
