@@ -4,7 +4,8 @@
 //
 // # File layout
 //
-// One bbolt file, snapshot-<N as 20 digits>.bolt, page size 4096, with three
+// One bbolt file, snapshot-<N as 20 digits>.bolt, page size 64 KiB (4 KiB in
+// files written before: bbolt reads the size from the file), with three
 // buckets:
 //
 //   - meta: format version, WAL index N, creation time, hashing parameters

@@ -36,7 +36,8 @@ const SeqRule = "xxh3-64(seed=1337, le64(parent_seq) || le64(tokens_hash)); firs
 // from a pool it reuses; with 4 KiB pages, every chunk took a fresh buffer,
 // as much new memory as the file itself, which is slow to fault in on this
 // project's VMs (a process's first 1M holder-block write took 250-290 ms
-// with 4 KiB pages and 64 KiB chunks, 150-230 ms with these, alternating).
+// with 4 KiB pages, 64 KiB chunks and 16 MiB transactions, 150-230 ms with
+// these and 4 MiB transactions, alternating).
 // The margin leaves room for the chunk header and the place that crosses
 // the threshold, so nearly every chunk fits its page.
 const (
