@@ -17,10 +17,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
-// waitFor polls cond for up to 5s.
+// waitFor polls cond for up to 30 s (a bound for a loaded CI machine under
+// -race, not an expected time).
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
