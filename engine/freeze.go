@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"runtime"
 	"slices"
+	"sync"
 	"time"
 )
 
@@ -14,12 +16,14 @@ type Frozen struct {
 	stats    Stats
 	keys     []WorkerKey // by frozen worker index
 	revs     [][]revSlot // by frozen worker index
+	blocks   []int       // by frozen worker index: slots in use in revs
 	pages    [shardCount][][]place
 	nextNew  [shardCount]uint32 // slots from here on were never used
 	places   int
 	counters Counters
 	pause    time.Duration // how long Freeze held the writer lock
 	scratch  placesScratch // reused by every Places call on this copy
+	parts    int           // goroutines of Places' pair passes; 0: placesParts's choice (tests set it)
 }
 
 // placesScratch is Places' working memory, kept with the copy (and with it
@@ -30,6 +34,7 @@ type placesScratch struct {
 	distinct         []uint32
 	ord, start, fill []int32
 	ords             []int32
+	counts, bstart   []int32
 	spans            []span
 	holds, bucket    []hold
 	bhs              []uint64
@@ -50,12 +55,12 @@ type hold struct {
 }
 
 // reserve makes room in the scratch arrays of Places' later passes for
-// holderBlocks pairs and places places, and returns a channel closed once
-// that memory is faulted in. Fresh memory is what a process's first snapshot
+// holderBlocks pairs, and returns a channel closed once that memory is
+// faulted in. Fresh memory is what a process's first snapshot
 // waits on here (see populated): the other goroutine faults it in on the
 // other core, idle while Places runs its first passes (the snapshot
 // writer's goroutine waits for chunks then).
-func (sc *placesScratch) reserve(holderBlocks, places int) <-chan struct{} {
+func (sc *placesScratch) reserve(holderBlocks int) <-chan struct{} {
 	var fresh []func()
 	if cap(sc.holds) < holderBlocks {
 		sc.holds = make([]hold, 0, holderBlocks)
@@ -64,10 +69,6 @@ func (sc *placesScratch) reserve(holderBlocks, places int) <-chan struct{} {
 	if cap(sc.ords) < holderBlocks {
 		sc.ords = make([]int32, 0, holderBlocks)
 		fresh = append(fresh, func() { touched(populated(sc.ords), 4) })
-	}
-	if cap(sc.start) < places+1 {
-		sc.start = make([]int32, 0, places+1)
-		fresh = append(fresh, func() { touched(populated(sc.start), 4) })
 	}
 	done := make(chan struct{})
 	if len(fresh) == 0 {
@@ -141,12 +142,13 @@ func (ix *Index) Freeze() *Frozen {
 	defer func() { f.pause = time.Since(start) }()
 	f.stats = Stats{Entries: ix.entries(), HolderBlocks: ix.holderBlocks, WorkerKeys: len(ix.byKey), Counters: ix.counters}
 	f.counters, f.places = ix.counters, 0
-	f.keys = f.keys[:0]
+	f.keys, f.blocks = f.keys[:0], f.blocks[:0]
 	revs := f.revs
 	f.revs = f.revs[:0]
 	for i, id := range ix.order {
 		w := ix.workers[id]
 		f.keys = append(f.keys, w.key)
+		f.blocks = append(f.blocks, w.rev.n)
 		var buf []revSlot
 		if i < len(revs) {
 			buf = revs[i][:0]
@@ -260,15 +262,54 @@ func (f *Frozen) Stats() Stats { return f.stats }
 func (f *Frozen) Workers() []WorkerBlocks {
 	out := make([]WorkerBlocks, len(f.keys))
 	for i, k := range f.keys {
-		n := 0
-		for _, s := range f.revs[i] {
-			if s.ref != 0 {
-				n++
-			}
-		}
-		out[i] = WorkerBlocks{Worker: k, Blocks: n}
+		out[i] = WorkerBlocks{Worker: k, Blocks: f.blocks[i]}
 	}
 	return out
+}
+
+// placesParts is how many goroutines Places' pair passes use for an index of
+// holderBlocks: one per processor for a large index, where the passes take
+// long enough (0.3 s at 10M holder-blocks on one goroutine, while a
+// snapshot writer's goroutine waits for the first chunk), one for a small
+// one.
+func placesParts(holderBlocks int) int {
+	if holderBlocks < 1<<16 {
+		return 1
+	}
+	return min(runtime.GOMAXPROCS(0), 8)
+}
+
+// pairParts splits the frozen workers into n runs of about equal block
+// counts (some may be empty): part p is workers w[p]:w[p+1], and its
+// pairs, in worker order, are k[p]:k[p+1] of all the pairs.
+func (f *Frozen) pairParts(n int) (w, k []int) {
+	total := 0
+	for _, c := range f.blocks {
+		total += c
+	}
+	w, k = []int{0}, []int{0}
+	sum := 0
+	for i, c := range f.blocks {
+		sum += c
+		for len(w) < n && sum*n >= total*len(w) {
+			w, k = append(w, i+1), append(k, sum)
+		}
+	}
+	for len(w) <= n {
+		w, k = append(w, len(f.blocks)), append(k, total)
+	}
+	return w, k
+}
+
+// inParts calls fn(p) for every part p < n, each on a goroutine of its own
+// (part 0 on the caller's), and returns when all have returned.
+func inParts(n int, fn func(p int)) {
+	var wg sync.WaitGroup
+	for p := 1; p < n; p++ {
+		wg.Go(func() { fn(p) })
+	}
+	fn(0)
+	wg.Wait()
 }
 
 func (f *Frozen) place(ref uint32) *place {
@@ -289,7 +330,7 @@ func (f *Frozen) Places(yield func(*PlaceRecord) bool) {
 	sc := &f.scratch
 	// The arrays of the later passes, new memory on a copy's first call,
 	// are faulted in on another goroutine while the first passes run.
-	scratchReady := sc.reserve(f.stats.HolderBlocks, f.places)
+	scratchReady := sc.reserve(f.stats.HolderBlocks)
 	// Number every place slot densely: shard by shard, place by place.
 	var base [shardCount + 1]int
 	for si := range f.pages {
@@ -364,68 +405,101 @@ func (f *Frozen) Places(yield func(*PlaceRecord) bool) {
 		spans[o] = s
 		ord[d] = o + 1
 	})
-	// Counting sort of the reverse maps' (worker, block hash) pairs into
-	// output order: workers are visited in key order, so each place's
-	// holders come sorted. Each pair's ordinal is looked up once (a read
-	// that misses the cache) and kept for the scatter pass. Lookups and
-	// counts are two loops: each has one miss an iteration and little
-	// else, so the processor keeps many more misses in flight than in
-	// one loop doing both.
+	// The reverse maps' (worker, block hash) pairs are sorted into output
+	// order through buckets of 1<<bucketBits consecutive places: each pair
+	// goes to its place's bucket, each bucket filled in order, so that only
+	// one cache line a bucket is being written at a time (scattering pairs
+	// straight to their places missed the cache on nearly every one, and a
+	// 10M holder-block index has 160 MB of them); then each bucket, small
+	// enough to stay in cache, is sorted to its places just before they are
+	// yielded (so that a consumer on another goroutine starts early).
+	// Workers are visited in key order and both passes are stable, so each
+	// place's holders come sorted. Each pair's ordinal is looked up once (a
+	// read that misses the cache) and kept for the scatter pass: lookups and
+	// scatters are loops of their own, each with one miss an iteration, so
+	// the processor keeps many misses in flight. The passes run on parts of
+	// the workers at once, one goroutine a part (see pairParts).
 	<-scratchReady
-	start := resized(sc.start, len(spans)+1, true)
-	ords := resized(sc.ords, f.stats.HolderBlocks, false)[:0]
-	for _, slots := range f.revs {
-		for _, s := range slots {
-			if s.ref != 0 {
-				ords = append(ords, ord[dense(s.ref)])
-			}
-		}
-	}
-	for i, o := range ords {
-		start[o]++
-		ords[i] = o - 1
-	}
-	sc.start, sc.ords = start, ords
-	for o := 1; o < len(start); o++ {
-		start[o] += start[o-1]
-	}
-	holds := resized(sc.holds, int(start[len(start)-1]), false)
-	sc.holds = holds
-	// Scattering pairs straight to their places missed the cache on nearly
-	// every one (a 10M holder-block index has 160 MB of them). Instead,
-	// pairs go first to buckets of 1<<bucketBits consecutive places, each
-	// bucket filled in order, so that only one cache line a bucket is being
-	// written at a time; then each bucket, small enough to stay in cache, is
-	// sorted to its places just before they are yielded (so that a
-	// consumer on another goroutine starts early). Both passes keep the
-	// pairs in worker order.
 	const bucketBits = 12
 	buckets := (len(spans) + 1<<bucketBits - 1) >> bucketBits
-	fill := sc.fill[:0]
-	for b := range buckets {
-		fill = append(fill, start[b<<bucketBits])
+	parts := f.parts
+	if parts == 0 {
+		parts = placesParts(f.stats.HolderBlocks)
 	}
-	k := 0
-	for w, slots := range f.revs {
-		for _, s := range slots {
-			if s.ref != 0 {
-				o := ords[k]
-				k++
-				b := o >> bucketBits
-				holds[fill[b]] = hold{w: uint32(w), o: uint32(o), bh: unmix64(s.mixed())}
-				fill[b]++
+	wb, kb := f.pairParts(parts)
+	ords := resized(sc.ords, kb[parts], false)
+	counts := resized(sc.counts, parts*buckets, true)
+	sc.ords, sc.counts = ords, counts
+	inParts(parts, func(p int) {
+		k := kb[p]
+		for _, slots := range f.revs[wb[p]:wb[p+1]] {
+			for _, s := range slots {
+				if s.ref != 0 {
+					ords[k] = ord[dense(s.ref)] - 1
+					k++
+				}
 			}
 		}
+		if k != kb[p+1] {
+			panic("kvidx engine: a frozen reverse map's block count disagrees with its slots")
+		}
+		cs := counts[p*buckets : (p+1)*buckets]
+		for _, o := range ords[kb[p]:k] {
+			cs[o>>bucketBits]++
+		}
+	})
+	// bstart[b] is where bucket b's pairs start; counts become each part's
+	// next free slot in each bucket.
+	bstart := resized(sc.bstart, buckets+1, false)
+	sc.bstart = bstart
+	at := int32(0)
+	for b := range buckets {
+		bstart[b] = at
+		for p := range parts {
+			n := counts[p*buckets+b]
+			counts[p*buckets+b] = at
+			at += n
+		}
 	}
+	bstart[buckets] = at
+	holds := resized(sc.holds, int(at), false)
+	sc.holds = holds
+	inParts(parts, func(p int) {
+		fill := counts[p*buckets : (p+1)*buckets]
+		k := kb[p]
+		for w := wb[p]; w < wb[p+1]; w++ {
+			for _, s := range f.revs[w] {
+				if s.ref != 0 {
+					o := ords[k]
+					k++
+					b := o >> bucketBits
+					holds[fill[b]] = hold{w: uint32(w), o: uint32(o), bh: unmix64(s.mixed())}
+					fill[b]++
+				}
+			}
+		}
+	})
 	var rec PlaceRecord
 	rec.Holders = sc.holders[:0]
 	bhs := sc.bhs[:0]
-	bucket := sc.bucket
-	defer func() { sc.holders, sc.bhs, sc.fill, sc.bucket = rec.Holders[:0], bhs[:0], fill, bucket }()
+	bucket, start, fill := sc.bucket, sc.start, sc.fill
+	defer func() {
+		sc.holders, sc.bhs, sc.bucket, sc.start, sc.fill = rec.Holders[:0], bhs[:0], bucket, start, fill
+	}()
 	for b := range buckets {
 		lo, hi := b<<bucketBits, min((b+1)<<bucketBits, len(spans))
-		bucket = append(bucket[:0], holds[start[lo]:start[hi]]...)
-		fill = append(fill[:0], start[lo:hi]...)
+		// A counting sort of the bucket's pairs by place: start[o-lo] is
+		// where place o's pairs start in holds.
+		bucket = append(bucket[:0], holds[bstart[b]:bstart[b+1]]...)
+		start = resized(start, hi-lo+1, true)
+		for _, h := range bucket {
+			start[int(h.o)-lo+1]++
+		}
+		start[0] = bstart[b]
+		for i := 1; i < len(start); i++ {
+			start[i] += start[i-1]
+		}
+		fill = append(fill[:0], start[:hi-lo]...)
 		for _, h := range bucket {
 			i := int(h.o) - lo
 			holds[fill[i]] = h
@@ -454,7 +528,7 @@ func (f *Frozen) Places(yield func(*PlaceRecord) bool) {
 		}
 		for o := lo; o < hi; o++ {
 			s := &spans[o]
-			hs := holds[start[o]:start[o+1]]
+			hs := holds[start[o-lo]:start[o-lo+1]]
 			// Records are filled field by field: a struct literal was built
 			// on the stack in 4- and 8-byte stores and copied out in 16-byte
 			// loads, which cannot be forwarded from them, and those copies

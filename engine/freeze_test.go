@@ -375,3 +375,52 @@ func TestPlacesAtHighPositions(t *testing.T) {
 		}
 	}
 }
+
+// TestPlacesParts checks that Places yields the same records whatever the
+// number of goroutines its pair passes use.
+func TestPlacesParts(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		ix := New()
+		for range rapid.IntRange(1, 80).Draw(t, "steps") {
+			ev := genEvent(t)
+			_ = ix.Apply(&ev)
+		}
+		f := ix.Freeze()
+		records := func(parts int) []PlaceRecord {
+			f.parts = parts
+			var out []PlaceRecord
+			f.Places(func(rec *PlaceRecord) bool {
+				r := *rec
+				r.Holders = nil
+				for _, h := range rec.Holders {
+					h.BlockHashes = slices.Clone(h.BlockHashes)
+					r.Holders = append(r.Holders, h)
+				}
+				out = append(out, r)
+				return true
+			})
+			return out
+		}
+		want := records(1)
+		parts := rapid.IntRange(2, 9).Draw(t, "parts")
+		got := records(parts)
+		if len(got) != len(want) {
+			t.Fatalf("%d parts: %d records, want %d", parts, len(got), len(want))
+		}
+		for i := range want {
+			a, b := got[i], want[i]
+			if a.ID != b.ID || a.Parent != b.Parent || a.Position != b.Position || a.TokensHash != b.TokensHash || a.Seq != b.Seq ||
+				!slices.EqualFunc(a.Holders, b.Holders, func(x, y HolderRecord) bool {
+					return x.Worker == y.Worker && x.WorkerIndex == y.WorkerIndex && slices.Equal(x.BlockHashes, y.BlockHashes)
+				}) {
+				t.Fatalf("%d parts: record %d is %+v, want %+v", parts, i, a, b)
+			}
+		}
+		// And a load of the parted records is the index.
+		f.parts = parts
+		got2 := load(t, f)
+		if got2.Stats() != ix.Stats() || !slices.Equal(got2.Workers(), ix.Workers()) {
+			t.Fatalf("%d parts: loaded %v, want %v", parts, got2, ix)
+		}
+	})
+}
