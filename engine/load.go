@@ -276,7 +276,7 @@ func (l *Loader) add(rec *BatchPlace, hs []BatchHolder, b *PlaceBatch, x0 *uint3
 	local := s.allocPlace()
 	s.places++
 	p := s.place(local)
-	*p = place{th: rec.TokensHash, seq: rec.Seq, pos: rec.Position, parent: parent, h: [2]holder{noHolder, noHolder}}
+	p.set(rec.Position, rec.TokensHash, rec.Seq, parent)
 	ref := makeRef(si, local)
 	for _, hr := range hs {
 		if hr.HashesEnd < *x0 || int(hr.HashesEnd) > len(b.Hashes) || int(hr.Worker) >= len(b.Workers) {
