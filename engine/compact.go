@@ -122,7 +122,10 @@ func (s *shard) compact() []uint32 {
 	pages := int(live>>pageBits) + 1
 	clear(s.pages[pages:])
 	s.pages = s.pages[:pages]
-	// The rest of the last page is never-used again.
-	clear(s.pages[pages-1][(live+1)&(pageSize-1):])
+	// The rest of the last page is never-used again. When live ends a page,
+	// the never-used slots begin with the next page, dropped above.
+	if rest := (live + 1) & (pageSize - 1); rest != 0 {
+		clear(s.pages[pages-1][rest:])
+	}
 	return moved
 }

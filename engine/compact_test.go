@@ -119,3 +119,52 @@ func TestManyKidsOfOnePlace(t *testing.T) {
 		t.Fatalf("score %d after the root went, want 0", got)
 	}
 }
+
+// Compaction keeps every live place, whatever page boundary the live count
+// ends at (a shard whose live places filled its last page exactly lost that
+// page's places once).
+func TestCompactAtPageBoundaries(t *testing.T) {
+	for _, live := range []int{1, pageSize - 2, pageSize - 1, pageSize, pageSize + 1, 2*pageSize - 1, 2 * pageSize} {
+		var s shard
+		free := max(compactMinFree, live)
+		key := func(i int) (pos uint32, th, seq uint64, fp uint32) {
+			return uint32(i % 7), uint64(i), uint64(i) * 3, fingerprint(keyHash(uint32(i%7), uint64(i)))
+		}
+		locals := make([]uint32, live+free)
+		for i := range locals {
+			pos, th, seq, fp := key(i)
+			locals[i], _ = s.addHolder(pos, th, seq, fp, uint32(i%5), 0)
+		}
+		// Free every other place of the first 2*f, so that free slots lie
+		// below the live count and live places above it, and the last ones.
+		f := min(free, live)
+		kept := []int{}
+		for i := range locals {
+			if i < 2*f && i%2 == 0 || i >= len(locals)-(free-f) {
+				if _, _, ok := s.removeHolder(locals[i], uint32(i%5)); !ok {
+					t.Fatalf("live %d: place %d not held", live, i)
+				}
+			} else {
+				kept = append(kept, i)
+			}
+		}
+		if len(kept) != live || !s.needsCompaction() {
+			t.Fatalf("live %d: %d kept, compaction due %v", live, len(kept), s.needsCompaction())
+		}
+		s.compact()
+		if int(s.nextNew) != live+1 || len(s.pages) != live>>pageBits+1 {
+			t.Fatalf("live %d: next place %d, %d pages", live, s.nextNew, len(s.pages))
+		}
+		for _, i := range kept {
+			pos, th, seq, fp := key(i)
+			local := s.lookup(pos, th, seq, fp)
+			if local == 0 {
+				t.Fatalf("live %d: place %d lost", live, i)
+			}
+			p := s.place(local)
+			if hs := s.holders(p); p.pos != pos || p.th != th || p.seq != seq || len(hs) != 1 || hs[0].wid() != uint32(i%5) {
+				t.Fatalf("live %d: place %d is %+v", live, i, *p)
+			}
+		}
+	}
+}

@@ -11,7 +11,8 @@ import (
 // snapshot writes. [Index.Freeze] takes it under the writer lock with a few
 // slice copies, so event application pauses only for that; queries never
 // pause. Everything else (grouping, sorting) happens when the copy is read,
-// on the reader's goroutine.
+// on the reader's goroutine (and, for a large copy, on one more goroutine a
+// processor).
 type Frozen struct {
 	stats    Stats
 	keys     []WorkerKey // by frozen worker index
@@ -267,11 +268,16 @@ func (f *Frozen) Workers() []WorkerBlocks {
 	return out
 }
 
+// errFrozenBlockCount is what Places panics with when a frozen reverse map
+// holds another number of blocks than its worker's count says: a broken
+// invariant of the engine, not a condition of the data.
+const errFrozenBlockCount = "kvidx engine: a frozen reverse map's block count disagrees with its slots"
+
 // placesParts is how many goroutines Places' pair passes use for an index of
-// holderBlocks: one per processor for a large index, where the passes take
-// long enough (0.3 s at 10M holder-blocks on one goroutine, while a
-// snapshot writer's goroutine waits for the first chunk), one for a small
-// one.
+// holderBlocks: one per processor, at most 8, for a large index, where the
+// passes take long enough (0.3 s at 10M holder-blocks on one goroutine,
+// while a snapshot writer's goroutine waits for the first chunk), one for a
+// small one.
 func placesParts(holderBlocks int) int {
 	if holderBlocks < 1<<16 {
 		return 1
@@ -302,14 +308,39 @@ func (f *Frozen) pairParts(n int) (w, k []int) {
 }
 
 // inParts calls fn(p) for every part p < n, each on a goroutine of its own
-// (part 0 on the caller's), and returns when all have returned.
+// when there are several, and returns when all have returned. A panic in a
+// part is raised again on the caller's goroutine once every part has
+// ended, so that a caller's recover sees it (the node turns a panic in an
+// HTTP handler, a snapshot on demand among them, into an error answer) and
+// no part still writes to the scratch memory after it.
 func inParts(n int, fn func(p int)) {
-	var wg sync.WaitGroup
-	for p := 1; p < n; p++ {
-		wg.Go(func() { fn(p) })
+	if n == 1 {
+		fn(0)
+		return
 	}
-	fn(0)
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		panicked any
+	)
+	for p := range n {
+		wg.Go(func() {
+			defer func() {
+				if r := recover(); r != nil {
+					mu.Lock()
+					if panicked == nil {
+						panicked = r
+					}
+					mu.Unlock()
+				}
+			}()
+			fn(p)
+		})
+	}
 	wg.Wait()
+	if panicked != nil {
+		panic(panicked)
+	}
 }
 
 func (f *Frozen) place(ref uint32) *place {
@@ -431,20 +462,25 @@ func (f *Frozen) Places(yield func(*PlaceRecord) bool) {
 	counts := resized(sc.counts, parts*buckets, true)
 	sc.ords, sc.counts = ords, counts
 	inParts(parts, func(p int) {
-		k := kb[p]
+		// The part's pairs go to its own range of ords, sized by the block
+		// counts; slots beyond them would be another part's.
+		dst, i := ords[kb[p]:kb[p+1]], 0
 		for _, slots := range f.revs[wb[p]:wb[p+1]] {
 			for _, s := range slots {
 				if s.ref != 0 {
-					ords[k] = ord[dense(s.ref)] - 1
-					k++
+					if i == len(dst) {
+						panic(errFrozenBlockCount)
+					}
+					dst[i] = ord[dense(s.ref)] - 1
+					i++
 				}
 			}
 		}
-		if k != kb[p+1] {
-			panic("kvidx engine: a frozen reverse map's block count disagrees with its slots")
+		if i != len(dst) {
+			panic(errFrozenBlockCount)
 		}
 		cs := counts[p*buckets : (p+1)*buckets]
-		for _, o := range ords[kb[p]:k] {
+		for _, o := range dst {
 			cs[o>>bucketBits]++
 		}
 	})

@@ -424,3 +424,47 @@ func TestPlacesParts(t *testing.T) {
 		}
 	})
 }
+
+// TestPlacesPartsManyBuckets is TestPlacesParts over an index of several
+// buckets of places and many workers, the case the parts split.
+func TestPlacesPartsManyBuckets(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 9))
+	ix := New()
+	for c := range 3000 {
+		w := WorkerKey{WorkerID: uint64(c % 37), DPRank: uint32(c % 3)}
+		ths := make([]uint64, 1+rng.IntN(8))
+		for j := range ths {
+			ths[j] = uint64(rng.IntN(1 << 12))
+		}
+		ths[0] = uint64(c % 40) // shared roots: places of many holders
+		ev := chain(w, nil, ths...)
+		_ = ix.Apply(&ev)
+	}
+	f := ix.Freeze()
+	if f.places <= 2<<12 {
+		t.Fatalf("%d places: want several buckets", f.places)
+	}
+	digest := func(parts int) []uint64 {
+		f.parts = parts
+		var out []uint64
+		f.Places(func(rec *PlaceRecord) bool {
+			out = append(out, uint64(rec.ID), uint64(rec.Parent), uint64(rec.Position), rec.TokensHash, rec.Seq)
+			for _, h := range rec.Holders {
+				out = append(out, h.Worker.WorkerID, uint64(h.Worker.DPRank), uint64(h.WorkerIndex))
+				out = append(out, h.BlockHashes...)
+			}
+			return true
+		})
+		return out
+	}
+	want := digest(1)
+	for _, parts := range []int{2, 3, 8, 64} {
+		if got := digest(parts); !slices.Equal(got, want) {
+			t.Fatalf("%d parts: records differ from one part's", parts)
+		}
+	}
+	f.parts = 3
+	if got := load(t, f); got.Stats() != ix.Stats() || !slices.Equal(got.Workers(), ix.Workers()) {
+		t.Fatalf("3 parts: loaded %v, want %v", got, ix)
+	}
+}

@@ -177,7 +177,7 @@ func writeFile(ctx context.Context, path string, f *engine.Frozen, meta Meta, o 
 	werr := make(chan error, 1)
 	// The disk writes the committed pages while the rest is encoded, so the
 	// final fsync waits for little more than the last transaction.
-	wb, _ := os.Open(path)
+	wb := openWriteback(path)
 	if wb != nil {
 		defer wb.Close()
 	}
