@@ -68,13 +68,18 @@ func (ix *Index) maybeCompact() {
 			w.dup = dup
 		}
 	}
-	// Parent links are the writer's alone (queries never read them).
+	// Parent links are the writer's alone (queries never read them). A link
+	// to a freed place is stale (readers check that a link chains); past a
+	// compacted shard's places it would point outside its pages, so it goes.
 	for si := range ix.shards {
 		s := &ix.shards[si]
 		for _, slot := range s.table {
 			if slot != 0 {
 				p := s.place(uint32(slot))
 				p.parent = remap(p.parent)
+				if p.parent != 0 && refLocal(p.parent) >= ix.shards[refShard(p.parent)].nextNew {
+					p.parent = 0
+				}
 			}
 		}
 	}

@@ -168,3 +168,64 @@ func TestCompactAtPageBoundaries(t *testing.T) {
 		}
 	}
 }
+
+// shardOf is the shard of the place of (pos, th).
+func shardOf(pos uint32, th uint64) uint32 { return uint32(keyHash(pos, th) >> (64 - shardBits)) }
+
+// thsInShard returns n local hashes from from up whose place at pos lands
+// in shard si.
+func thsInShard(si uint32, pos uint32, n int, from uint64) []uint64 {
+	var out []uint64
+	for th := from; len(out) < n; th++ {
+		if shardOf(pos, th) == si {
+			out = append(out, th)
+		}
+	}
+	return out
+}
+
+// A child keeps its link to a parent place that was freed; a compaction of
+// the parent's shard then drops the pages that place was in. The link must
+// not be followed out of the shard's pages (Places panicked on it).
+func TestStaleParentAfterCompaction(t *testing.T) {
+	for _, freeze := range []bool{true, false} {
+		ix := New()
+		a, b := WorkerKey{WorkerID: 1}, WorkerKey{WorkerID: 2}
+		var roots []Event
+		for _, th := range thsInShard(0, 0, 2*compactMinFree, 1<<20) {
+			ev := chain(b, nil, th)
+			roots = append(roots, ev)
+			if err := ix.Apply(&ev); err != nil {
+				t.Fatal(err)
+			}
+		}
+		x := thsInShard(0, 0, 1, 1<<30)[0]
+		c := thsInShard(1, 1, 1, 1<<30)[0]
+		st := chain(a, nil, x, c)
+		apply(t, ix, st)
+		// a removes the parent only: the child keeps a link to a freed place.
+		apply(t, ix, Event{Worker: a, Kind: KindRemoved, BlockHashes: []uint64{st.Blocks[0].BlockHash}})
+		for _, ev := range roots {
+			r := removed(b, ev)
+			if err := ix.Apply(&r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := ix.Verify(); err != nil {
+			t.Fatal(err)
+		}
+		if s := &ix.shards[0]; int(s.nextNew) > 1+pageSize {
+			t.Fatalf("shard 0 not compacted: next place %d", s.nextNew)
+		}
+		if freeze {
+			got := reload(t, ix)
+			if err := got.Verify(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		apply(t, ix, Event{Worker: a, Kind: KindRemoved, BlockHashes: []uint64{st.Blocks[1].BlockHash}})
+		if err := ix.Verify(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

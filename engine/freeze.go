@@ -427,7 +427,9 @@ func (f *Frozen) Places(yield func(*PlaceRecord) bool) {
 	sc.ord, sc.spans = ord, spans
 	eachLive(func(p *place, d int) {
 		s := span{pos: p.pos, parent: -1, th: p.th, seq: p.seq}
-		if p.parent != 0 && p.pos > 0 {
+		// A link outside the copy's places can only be stale (compaction
+		// drops those); it is not followed.
+		if p.parent != 0 && p.pos > 0 && refLocal(p.parent) < f.nextNew[refShard(p.parent)] {
 			s.parent = int32(dense(p.parent))
 		}
 		r := rank(p.pos)
