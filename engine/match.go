@@ -1,6 +1,9 @@
 package engine
 
-import "sync/atomic"
+import (
+	"math"
+	"sync/atomic"
+)
 
 // matchScratch is one query's working memory, pooled so that a query
 // allocates only its result.
@@ -16,7 +19,8 @@ type matchScratch struct {
 	epoch uint32
 }
 
-func (m *matchScratch) reset(workers int) {
+// reset readies m for a query of queryBlocks blocks over workers dense ids.
+func (m *matchScratch) reset(workers, queryBlocks int) {
 	if len(m.mark) < workers {
 		m.score = make([]int32, workers)
 		m.mark = make([]uint32, workers)
@@ -24,18 +28,30 @@ func (m *matchScratch) reset(workers int) {
 		m.cand = make([]uint32, workers)
 		m.epoch = 0
 	}
+	// A query takes at most 3 epochs a block and 3 more (the bisection's
+	// splits, the linear scan's positions, the candidates, the clean set,
+	// the ordering). The stamps restart before a query that could wrap
+	// them: after a wrap inside a query, stamps made earlier in it would
+	// read as current or be cleared while in use.
+	if uint64(m.epoch)+3*uint64(queryBlocks)+8 > math.MaxUint32 {
+		m.restart()
+	}
 	m.arena = m.arena[:0]
 }
 
+// restart clears every stamp, so that epochs can start again from 1.
+func (m *matchScratch) restart() {
+	clear(m.mark)
+	clear(m.tmp)
+	clear(m.cand)
+	m.epoch = 0
+}
+
 // next returns a fresh epoch: marks stamped with older epochs read as unset.
+// reset leaves room for a whole query's epochs, so they never wrap inside
+// one.
 func (m *matchScratch) next() uint32 {
 	m.epoch++
-	if m.epoch == 0 {
-		clear(m.mark)
-		clear(m.tmp)
-		clear(m.cand)
-		m.epoch = 1
-	}
 	return m.epoch
 }
 
@@ -56,7 +72,7 @@ func (ix *Index) Match(localHashes []uint64, candidates []WorkerKey) []Score {
 		m = &matchScratch{}
 	}
 	defer ix.scratch.Put(m)
-	m.reset(len(ix.keys))
+	m.reset(len(ix.keys), len(localHashes))
 	var candEpoch uint32
 	if candidates != nil {
 		candEpoch = m.next()
