@@ -20,7 +20,6 @@ type Frozen struct {
 	blocks   []int       // by frozen worker index: slots in use in revs
 	pages    [shardCount][][]place
 	nextNew  [shardCount]uint32 // slots from here on were never used
-	places   int
 	counters Counters
 	pause    time.Duration // how long Freeze held the writer lock
 	scratch  placesScratch // reused by every Places call on this copy
@@ -142,7 +141,7 @@ func (ix *Index) Freeze() *Frozen {
 	start := time.Now()
 	defer func() { f.pause = time.Since(start) }()
 	f.stats = Stats{Entries: ix.entries(), HolderBlocks: ix.holderBlocks, WorkerKeys: len(ix.byKey), Counters: ix.counters}
-	f.counters, f.places = ix.counters, 0
+	f.counters = ix.counters
 	f.keys, f.blocks = f.keys[:0], f.blocks[:0]
 	revs := f.revs
 	f.revs = f.revs[:0]
@@ -159,7 +158,6 @@ func (ix *Index) Freeze() *Frozen {
 	for si := range ix.shards {
 		s := &ix.shards[si]
 		f.nextNew[si] = s.nextNew
-		f.places += s.places
 		old := f.pages[si]
 		f.pages[si] = f.pages[si][:0]
 		for i, pg := range s.pages {
@@ -427,9 +425,7 @@ func (f *Frozen) Places(yield func(*PlaceRecord) bool) {
 	sc.ord, sc.spans = ord, spans
 	eachLive(func(p *place, d int) {
 		s := span{pos: p.pos, parent: -1, th: p.th, seq: p.seq}
-		// A link outside the copy's places can only be stale (compaction
-		// drops those); it is not followed.
-		if p.parent != 0 && p.pos > 0 && refLocal(p.parent) < f.nextNew[refShard(p.parent)] {
+		if p.parent != 0 && p.pos > 0 {
 			s.parent = int32(dense(p.parent))
 		}
 		r := rank(p.pos)

@@ -42,6 +42,10 @@ func (ix *Index) Verify() error {
 				bad("shard %d: place (%d, %d, %d) is not found by lookup", si, p.pos, p.th, p.seq)
 			}
 			keys[[2]uint64{uint64(p.pos), p.th}] = true
+			// A link may be stale, but never outside its shard's places.
+			if p.parent != 0 && refLocal(p.parent) >= ix.shards[refShard(p.parent)].nextNew {
+				bad("shard %d: place %d links to parent %d, past its shard's places", si, local, p.parent)
+			}
 			hs := s.holders(p)
 			if len(hs) == 0 {
 				bad("shard %d: entry (%d, %d) seq %d has no holder", si, p.pos, p.th, p.seq)
