@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -239,13 +240,42 @@ func (v *VLLMDecoder) skip() error {
 				return err
 			}
 			pending += 2 * n
-		default:
+		case msgpcode.IsString(c) || msgpcode.IsBin(c):
+			n, err := v.d.DecodeBytesLen()
+			if err != nil {
+				return err
+			}
+			if err := v.discard(n); err != nil {
+				return err
+			}
+		case msgpcode.IsExt(c):
+			_, n, err := v.d.DecodeExtHeader()
+			if err != nil {
+				return err
+			}
+			if err := v.discard(n); err != nil {
+				return err
+			}
+		default: // nil, bool, number: at most 9 bytes
 			if err := v.d.Skip(); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// discard skips n payload bytes of a string, bytes or ext value. The msgpack
+// package's Skip reads such a value into its decoder's buffer, which it grows
+// by up to 1 MiB towards the declared length and keeps even when the payload
+// ends first: one decoder fed payloads that declare huge lengths grew without
+// bound (gigabytes after 100,000 corrupt payloads).
+func (v *VLLMDecoder) discard(n int) error {
+	if n < 0 || n > v.r.Len() {
+		return fmt.Errorf("value of %d bytes in %d", n, v.r.Len())
+	}
+	_, err := v.r.Seek(int64(n), io.SeekCurrent)
+	return err
 }
 
 func (v *VLLMDecoder) isNil() (bool, error) {
@@ -344,7 +374,7 @@ func (v *VLLMDecoder) hash(what string) (uint64, error) {
 		}
 		var buf [8]byte
 		if n > 8 {
-			if _, err := v.r.Seek(int64(n-8), 1); err != nil {
+			if err := v.discard(n - 8); err != nil {
 				return 0, wrapErr(what, err)
 			}
 			n = 8

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -191,6 +192,47 @@ func TestDecoderReuse(t *testing.T) {
 	}
 	if !b2.Events[0].HasParent || b2.Events[0].ParentHash != 2 || len(b2.Events[0].Blocks) != 1 {
 		t.Fatalf("%+v", b2.Events[0])
+	}
+}
+
+// TestDecoderDeclaredLengths: a reused decoder fed payloads whose skipped
+// values (an unknown event's string, bytes and ext fields) declare lengths
+// far past the payload's end fails each one and allocates little; the
+// msgpack package's Skip grew its buffer by up to 1 MiB per such payload and
+// kept it. Well-formed values of those kinds are still skipped.
+func TestDecoderDeclaredLengths(t *testing.T) {
+	unknown := func(field ...byte) []byte { return newMP().arr(2).u(1).arr(1).arr(2).str("Future").raw(field...).bytes() }
+	huge := map[string][]byte{
+		"str32": unknown(0xdb, 0x7f, 0xff, 0xff, 0xff, 'a'),
+		"bin32": unknown(0xc6, 0x7f, 0xff, 0xff, 0xff, 'a'),
+		"ext32": unknown(0xc9, 0x7f, 0xff, 0xff, 0xff, 1, 'a'),
+		"ext16": unknown(0xc8, 0xff, 0xff, 1, 'a'),
+	}
+	var d VLLMDecoder
+	for name, p := range huge {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		for range 200 {
+			if _, err := d.Decode(p, 1); !errors.Is(err, ErrDecode) {
+				t.Fatalf("%s: err = %v, want ErrDecode", name, err)
+			}
+		}
+		runtime.ReadMemStats(&after)
+		if n := after.TotalAlloc - before.TotalAlloc; n > 200*4096 {
+			t.Errorf("%s: 200 decodes allocated %d bytes", name, n)
+		}
+	}
+	ok := map[string][]byte{
+		"str":  unknown(0xa3, 'a', 'b', 'c'),
+		"bin":  unknown(0xc4, 2, 0, 0),
+		"ext":  unknown(0xc7, 3, 5, 1, 2, 3),
+		"fix4": unknown(0xd6, 5, 1, 2, 3, 4),
+	}
+	for name, p := range ok {
+		b, err := d.Decode(p, 1)
+		if err != nil || b.Unknown != 1 {
+			t.Errorf("%s: %+v, %v", name, b, err)
+		}
 	}
 }
 
