@@ -201,7 +201,9 @@ func TestDecoderReuse(t *testing.T) {
 // msgpack package's Skip grew its buffer by up to 1 MiB per such payload and
 // kept it. Well-formed values of those kinds are still skipped.
 func TestDecoderDeclaredLengths(t *testing.T) {
-	unknown := func(field ...byte) []byte { return newMP().arr(2).u(1).arr(1).arr(2).str("Future").raw(field...).bytes() }
+	unknown := func(field ...byte) []byte {
+		return newMP().arr(2).u(1).arr(1).arr(2).str("Future").raw(field...).bytes()
+	}
 	huge := map[string][]byte{
 		"str32": unknown(0xdb, 0x7f, 0xff, 0xff, 0xff, 'a'),
 		"bin32": unknown(0xc6, 0x7f, 0xff, 0xff, 0xff, 'a'),
