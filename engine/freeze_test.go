@@ -113,6 +113,65 @@ func TestLoaderDropsUnsoundParent(t *testing.T) {
 	}
 }
 
+// TestLoaderParentWindow: the loader keeps the refs of two positions only.
+// A link to the position before chains across a batch of many places there
+// and across a gap in the record stream; a link two positions back, or over
+// a position no place holds, is dropped, and its holder scored linearly.
+func TestLoaderParentWindow(t *testing.T) {
+	w2, w3 := WorkerKey{WorkerID: 2}, WorkerKey{WorkerID: 3}
+	s1, s5 := uint64(1), uint64(5)
+	s2, s6 := NextSeq(s1, 2), NextSeq(s5, 6)
+	s3 := NextSeq(s2, 3)
+	hold := func(w WorkerKey, bh uint64) []HolderRecord {
+		return []HolderRecord{{Worker: w, BlockHashes: []uint64{bh}}}
+	}
+	recs := []PlaceRecord{
+		{ID: 1, Position: 0, TokensHash: 1, Seq: s1, Holders: hold(w0, 1)},
+		{ID: 2, Position: 0, TokensHash: 5, Seq: s5, Holders: hold(w1, 5)},
+	}
+	// Many more places at position 1, between the parents and their kids.
+	for i := range 3000 {
+		th := uint64(100 + i)
+		recs = append(recs, PlaceRecord{ID: uint32(len(recs) + 1), Position: 1, TokensHash: th, Seq: th, Holders: hold(w2, th)})
+	}
+	id := func() uint32 { return uint32(len(recs) + 1) }
+	p2 := id()
+	recs = append(recs,
+		PlaceRecord{ID: p2, Parent: 1, Position: 1, TokensHash: 2, Seq: s2, Holders: hold(w0, 2)},
+		PlaceRecord{ID: p2 + 1, Parent: 2, Position: 1, TokensHash: 6, Seq: s6, Holders: hold(w1, 6)},
+	)
+	recs = append(recs,
+		PlaceRecord{ID: id(), Parent: p2, Position: 2, TokensHash: 3, Seq: s3, Holders: hold(w0, 3)},
+		PlaceRecord{ID: id() + 1, Parent: 1, Position: 2, TokensHash: 7, Seq: NextSeq(s1, 7), Holders: hold(w1, 7)},
+		PlaceRecord{ID: id() + 2, Parent: p2, Position: 4, TokensHash: 8, Seq: NextSeq(s2, 8), Holders: hold(w3, 8)},
+	)
+	l := NewLoader()
+	for i := range recs {
+		if err := l.Add(&recs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ix, err := l.Finish(Counters{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.Verify(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		w      WorkerKey
+		linear bool
+	}{{w0, false}, {w1, true}, {w2, true}, {w3, true}} { // w2: no parent at position 1
+		id, _ := ix.worker(tc.w)
+		if got := ix.linear[id] != 0; got != tc.linear {
+			t.Errorf("worker %v: scored linearly %v, want %v", tc.w, got, tc.linear)
+		}
+	}
+	if got := ix.Match([]uint64{1, 2, 3}, []WorkerKey{w0}); len(got) != 1 || got[0].MatchedBlocks != 3 {
+		t.Errorf("worker 0 scores %v, want 3 blocks", got)
+	}
+}
+
 func TestLoaderRejectsBadRecords(t *testing.T) {
 	good := PlaceRecord{ID: 1, Position: 0, TokensHash: 1, Seq: 1, Holders: []HolderRecord{{Worker: w0, BlockHashes: []uint64{1}}}}
 	tests := []struct {

@@ -17,8 +17,16 @@ import (
 // they come, and the hash tables (each shard's, each worker's reverse map)
 // are built in Finish one at a time, sized once, while each fits in cache.
 type Loader struct {
-	ix        *Index
-	refs      []uint32 // by record ID: ref in the new index
+	ix *Index
+	// refs are the new index's refs of the places at the last two
+	// positions loaded, by record ID from refsBase. A parent link chains
+	// only to the position before its place, so older refs are never
+	// looked up: keeping them all cost 4 bytes a place of new memory (36
+	// MB at 10M holder-blocks) and a cache miss a place.
+	refs      []uint32
+	refsBase  uint32 // the record ID of refs[0]
+	lastStart uint32 // the first record ID at lastPos
+	nextID    uint32
 	lastPos   uint32
 	pending   [][]revSlot // by dense worker id: reverse-map slots to insert (12 bytes: less memory to fault in)
 	perWorker int         // expected blocks a worker: the first capacity of its pending list
@@ -59,12 +67,9 @@ type LoaderHint struct {
 // NewLoader returns a loader of an empty index. A hint, when given, saves
 // the copying of growing buffers.
 func NewLoader(hint ...LoaderHint) *Loader {
-	l := &Loader{ix: New(), refs: []uint32{0}}
+	l := &Loader{ix: New(), refsBase: 1, lastStart: 1, nextID: 1}
 	if len(hint) > 0 {
 		h := hint[0]
-		if h.Places > 0 && h.Places <= prepMaxPlaces {
-			l.refs = hugeAdvised(make([]uint32, 1, h.Places+1))
-		}
 		if h.WorkerKeys > 0 && h.HolderBlocks > 0 {
 			// A little over the mean: most workers fill their lists once.
 			if mean := h.HolderBlocks / h.WorkerKeys; mean <= prepMaxSlots {
@@ -196,13 +201,8 @@ func (l *Loader) Add(rec *PlaceRecord) error {
 func (l *Loader) AddPlaces(b *PlaceBatch) error {
 	ix, sink := l.ix, l.ix.sink
 	for i := range b.Places {
-		if p := b.Places[i].Parent; p != 0 && int(p) < len(l.refs) {
-			sink += uint64(l.refs[p])
-		}
-	}
-	for i := range b.Places {
-		if p := b.Places[i].Parent; p != 0 && int(p) < len(l.refs) {
-			sink += ix.placeOf(l.refs[p]).seq
+		if ref, ok := l.parentRef(b.Places[i].Parent); ok {
+			sink += ix.placeOf(ref).seq
 		}
 	}
 	// Each holder appends to its worker's pending list: load the slot the
@@ -243,8 +243,8 @@ func (l *Loader) AddPlaces(b *PlaceBatch) error {
 func (l *Loader) add(rec *BatchPlace, hs []BatchHolder, b *PlaceBatch, x0 *uint32) error {
 	ix := l.ix
 	switch {
-	case int(rec.ID) != len(l.refs):
-		return fmt.Errorf("place record %d: id %d, want ids 1, 2, 3... in order", len(l.refs), rec.ID)
+	case rec.ID != l.nextID:
+		return fmt.Errorf("place record %d: id %d, want ids 1, 2, 3... in order", l.nextID, rec.ID)
 	case len(hs) == 0:
 		return fmt.Errorf("place %d: no holder", rec.ID)
 	case rec.Position > MaxPosition:
@@ -252,12 +252,14 @@ func (l *Loader) add(rec *BatchPlace, hs []BatchHolder, b *PlaceBatch, x0 *uint3
 	case rec.Position < l.lastPos:
 		return fmt.Errorf("place %d: position %d after position %d: records out of order", rec.ID, rec.Position, l.lastPos)
 	}
+	if rec.Parent >= rec.ID {
+		return fmt.Errorf("place %d: parent %d does not come before it", rec.ID, rec.Parent)
+	}
+	if rec.Position != l.lastPos {
+		l.slideRefs(rec.Position, rec.ID)
+	}
 	var parent uint32
-	if rec.Parent != 0 {
-		if rec.Parent >= rec.ID {
-			return fmt.Errorf("place %d: parent %d does not come before it", rec.ID, rec.Parent)
-		}
-		ref := l.refs[rec.Parent]
+	if ref, ok := l.parentRef(rec.Parent); ok {
 		if pp := ix.placeOf(ref); pp.pos+1 == rec.Position && NextSeq(pp.seq, rec.TokensHash) == rec.Seq {
 			parent = ref
 		}
@@ -327,8 +329,31 @@ func (l *Loader) add(rec *BatchPlace, hs []BatchHolder, b *PlaceBatch, x0 *uint3
 		}
 	}
 	l.refs = append(l.refs, ref)
+	l.nextID++
 	l.lastPos = rec.Position
 	return nil
+}
+
+// slideRefs moves the refs window on to a first place at pos, record id:
+// the places at lastPos stay (as the position before) only when pos
+// follows it.
+func (l *Loader) slideRefs(pos, id uint32) {
+	if pos == l.lastPos+1 {
+		n := copy(l.refs, l.refs[l.lastStart-l.refsBase:])
+		l.refs, l.refsBase = l.refs[:n], l.lastStart
+	} else {
+		l.refs, l.refsBase = l.refs[:0], id
+	}
+	l.lastStart = id
+}
+
+// parentRef is the ref of the place with record ID id, when it is in the
+// window (a link to any other place cannot chain).
+func (l *Loader) parentRef(id uint32) (uint32, bool) {
+	if id < l.refsBase || id-l.refsBase >= uint32(len(l.refs)) {
+		return 0, false
+	}
+	return l.refs[id-l.refsBase], true
 }
 
 // recentFor is key's slot in the recent-workers cache.
