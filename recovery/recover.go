@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -51,9 +52,10 @@ func (s *Store) recover(ctx context.Context) error {
 	}
 
 	var (
-		ix   *engine.Index
-		used snapshot.File
-		meta snapshot.Meta
+		ix      *engine.Index
+		used    snapshot.File
+		meta    snapshot.Meta
+		damaged []snapshot.File
 	)
 	for _, f := range snaps {
 		if f.Index+1 < contig {
@@ -71,10 +73,14 @@ func (s *Store) recover(ctx context.Context) error {
 				return ctx.Err()
 			}
 			s.skip(f, err.Error())
+			if errors.Is(err, snapshot.ErrCorrupt) {
+				damaged = append(damaged, f)
+			}
 			continue
 		}
 		if m.Index != f.Index {
 			s.skip(f, fmt.Sprintf("its meta says WAL index %d, its name %d", m.Index, f.Index))
+			damaged = append(damaged, f)
 			continue
 		}
 		r.SnapshotLoad = time.Since(start)
@@ -107,6 +113,32 @@ func (s *Store) recover(ctx context.Context) error {
 	}
 	if err := s.replay(ctx, from, last); err != nil {
 		return fmt.Errorf("data dir %s: replay: %w (%s)", s.dir, err, s.found(snaps, gaps))
+	}
+	return s.moveAside(damaged)
+}
+
+// DamagedSuffix is appended to the name of a snapshot that recovery found
+// damaged and did without: snapshot listings no longer see it, and the file
+// stays for an operator to examine or delete.
+const DamagedSuffix = ".damaged"
+
+// moveAside renames the damaged snapshots a successful recovery skipped. A
+// damaged snapshot left in place would count among the K newest that
+// pruning keeps: the next snapshot would then delete the good one recovery
+// just used and truncate the WAL past it, and one more fault would leave
+// nothing to recover from.
+func (s *Store) moveAside(damaged []snapshot.File) error {
+	for _, f := range damaged {
+		to := f.Path + DamagedSuffix
+		if err := os.Rename(f.Path, to); err != nil {
+			return fmt.Errorf("data dir %s: moving damaged snapshot aside: %w", s.dir, err)
+		}
+		s.logger.Warn("damaged snapshot moved aside", "path", to, "index", f.Index)
+	}
+	if len(damaged) > 0 {
+		if err := syncDir(s.snapDir); err != nil {
+			return fmt.Errorf("data dir %s: %w", s.dir, err)
+		}
 	}
 	return nil
 }

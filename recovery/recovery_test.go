@@ -149,6 +149,30 @@ func TestSnapshotTruncateAndFallback(t *testing.T) {
 			if _, pos := s.Applied(); fmt.Sprint(pos) != fmt.Sprint(wantPos) {
 				t.Fatalf("positions %v, want %v", pos, wantPos)
 			}
+			// The damaged snapshot is moved aside, so that it does not
+			// count among the snapshots kept: the next snapshot keeps
+			// the one recovery used, and a damaged new one still falls
+			// back to it.
+			if _, err := os.Stat(newest + DamagedSuffix); err != nil {
+				t.Fatalf("damaged snapshot not moved aside: %v", err)
+			}
+			mustAppend(t, s, genBatch(2, 92))
+			p, _, err := s.Snapshot(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.Close()
+			kept, _ := snapshot.List(filepath.Join(d, SnapshotDirName))
+			if len(kept) != 2 || kept[0].Index != 92 || kept[1].Index != 60 {
+				t.Fatalf("snapshots kept: %v", kept)
+			}
+			os.Truncate(p, 100)
+			s = mustOpen(t, d, testOptions())
+			defer s.Close()
+			if r := s.Report(); r.SnapshotUsed.Index != 60 || r.ReplayedEntries != 32 {
+				t.Fatalf("report after a second damaged snapshot: %+v", r)
+			}
+			sameState(t, s.Index(), model(append(bs[:len(bs):len(bs)], genBatch(2, 92))))
 		})
 	}
 	t.Run("both damaged", func(t *testing.T) {
