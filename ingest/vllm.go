@@ -69,6 +69,7 @@ func wrapErr(what string, err error) error {
 // Every event gets Worker{workerID, data_parallel_rank}. Errors wrap
 // [ErrDecode]; no input panics.
 func (v *VLLMDecoder) Decode(payload []byte, workerID uint64) (VLLMBatch, error) {
+	defer v.trim()
 	v.r.Reset(payload)
 	if v.d == nil {
 		v.d = msgpack.NewDecoder(&v.r)
@@ -149,6 +150,21 @@ func (v *VLLMDecoder) Decode(payload []byte, workerID uint64) (VLLMBatch, error)
 	}
 	b.Events = evs
 	return b, nil
+}
+
+// maxKeptScratch bounds the scratch (block hashes, token ids) a decoder
+// keeps between payloads, in elements: one huge batch must not pin its
+// buffers for the life of a source.
+const maxKeptScratch = 1 << 16
+
+func (v *VLLMDecoder) trim() {
+	if cap(v.tokens) > maxKeptScratch {
+		v.tokens = nil
+	}
+	if cap(v.ev.hashes) > maxKeptScratch {
+		v.ev.hashes = nil
+	}
+	v.ev.tokens = nil
 }
 
 func isArray(c byte) bool {
@@ -431,7 +447,11 @@ func (v *VLLMDecoder) events() ([]engine.Event, int, error) {
 	if err != nil {
 		return nil, 0, wrapErr("events", err)
 	}
-	evs := make([]engine.Event, 0, n)
+	// The declared count reserves only what a payload that size could
+	// decode to (a known event takes at least 14 bytes, ["BlockRemoved"];
+	// an engine.Event is
+	// about 110): a corrupt 1 MiB array header reserved 100 MiB.
+	evs := make([]engine.Event, 0, min(n, v.r.Len()/14+1))
 	unknown := 0
 	for i := range n {
 		ev, ok, err := v.event()

@@ -238,6 +238,37 @@ func TestDecoderDeclaredLengths(t *testing.T) {
 	}
 }
 
+// TestDecoderBoundedMemory: a corrupt payload's declared event count
+// reserves no more than its bytes could decode to, and a huge batch's
+// scratch buffers are not kept for the next one.
+func TestDecoderBoundedMemory(t *testing.T) {
+	var v VLLMDecoder
+	p := binary.BigEndian.AppendUint32([]byte{0x92, 0x00, 0xdd}, 1<<20) // [ts, an array of 2^20 events...
+	p = append(p, make([]byte, 1<<20)...)                               // ...of zero bytes]
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	if _, err := v.Decode(p, 1); err == nil {
+		t.Fatal("decoded garbage")
+	}
+	runtime.ReadMemStats(&after)
+	if n := after.TotalAlloc - before.TotalAlloc; n > 16*uint64(len(p)) {
+		t.Errorf("a corrupt %d-byte payload allocated %d MiB", len(p), n>>20)
+	}
+
+	big := newMP().arr(3).f(0).arr(1).arr(2).str("BlockRemoved").arr(1 << 20)
+	big.raw(bytes.Repeat([]byte{1}, 1<<20)...).u(0)
+	b, err := v.Decode(big.bytes(), 1)
+	if err != nil || len(b.Events) != 1 || len(b.Events[0].BlockHashes) != 1<<20 {
+		t.Fatalf("big batch: %v", err)
+	}
+	if _, err := v.Decode(newMP().arr(2).u(1).arr(1).arr(2).str("BlockRemoved").us(1).bytes(), 1); err != nil {
+		t.Fatal(err)
+	}
+	if c := cap(v.ev.hashes); c > maxKeptScratch {
+		t.Errorf("the decoder keeps %d block hashes of scratch after a big batch", c)
+	}
+}
+
 // TestGolden decodes testdata/vllm/*.msgpack and compares the events, as
 // NDJSON (eventjson.AppendEvent), with the .ndjson file next to each.
 // KVIDX_UPDATE_GOLDEN=1 rewrites the .msgpack and .ndjson files from
