@@ -13,6 +13,7 @@ import (
 
 	kvidx "github.com/kvidx/kvidx"
 	"github.com/kvidx/kvidx/engine"
+	"github.com/kvidx/kvidx/wal"
 	"github.com/kvidx/kvidx/workload"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -58,6 +59,37 @@ func TestSnapshotEveryEvents(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	if _, n := st.counts(); n != 1 {
 		t.Fatalf("%d snapshots, want 1 (pending should be reset)", n)
+	}
+}
+
+// TestSourceStore: appends through SourceStore (what serve gives its ZMQ and
+// NATS sources) count towards SnapshotEveryEvents, and a fenced WAL fences
+// the server, as HTTP ingest's appends do.
+func TestSourceStore(t *testing.T) {
+	srv := New(Config{SnapshotEveryEvents: 10, Logger: quietLogger()})
+	st := newFakeStore()
+	srv.SetStore(st)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go srv.snaps.loop(ctx)
+	src := srv.SourceStore(st)
+	for i := range 10 {
+		ev := []engine.Event{{Worker: engine.WorkerKey{WorkerID: 1}, EventID: uint64(i + 1), Kind: engine.KindCleared}}
+		if _, _, err := src.Append(ctx, ev, []wal.Position{{Source: "zmq:x", Seq: uint64(i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "a snapshot after 10 source events", func() bool { _, n := st.counts(); return n == 1 })
+	if idx, pos := src.Applied(); idx != 10 || len(pos) != 0 {
+		t.Fatalf("Applied() = %d, %v", idx, pos)
+	}
+	st.failFence.Store(true)
+	ev := []engine.Event{{Worker: engine.WorkerKey{WorkerID: 1}, Kind: engine.KindCleared}}
+	if _, _, err := src.Append(ctx, ev, nil); !errors.Is(err, wal.ErrFenced) {
+		t.Fatalf("Append on a fenced WAL: %v", err)
+	}
+	if p := srv.state.Load().phase; p != Fenced {
+		t.Fatalf("phase %v after a source hit a fenced WAL, want Fenced", p)
 	}
 }
 

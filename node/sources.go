@@ -44,7 +44,8 @@ func (ss *sources) all() []SourceStatus {
 
 // AddSource registers an event source: /readyz answers 503 while any source
 // is disconnected or reports a problem, and the metrics show each source's
-// state.
+// state. Names should be unique: /metrics shows only the first source of a
+// name.
 func (s *Server) AddSource(status func() SourceStatus) {
 	s.sources.mu.Lock()
 	s.sources.fns = append(s.sources.fns, status)
@@ -83,7 +84,14 @@ func (c sourceCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c sourceCollector) Collect(ch chan<- prometheus.Metric) {
+	seen := map[string]bool{}
 	for _, st := range c.ss.all() {
+		// A repeated name would make the registry refuse the whole
+		// scrape: the first source of a name is exported, not the others.
+		if seen[st.Name] {
+			continue
+		}
+		seen[st.Name] = true
 		connected := 0.0
 		if st.Connected {
 			connected = 1

@@ -45,3 +45,13 @@ kvidx_source_lag_messages{source="nats:KV"} 2
 		t.Fatalf("lint: %v %v", err, problems)
 	}
 }
+
+// Two sources of one name (a library caller's mistake; serve refuses a
+// repeated --zmq endpoint) must not make /metrics fail.
+func TestSourcesSameNameKeepMetricsUp(t *testing.T) {
+	e := newEnv(t, Config{})
+	for range 2 {
+		e.srv.AddSource(func() SourceStatus { return SourceStatus{Name: "zmq:tcp://h:1", Connected: true} })
+	}
+	e.do(t, "GET", "/metrics", "").want(t, 200)
+}

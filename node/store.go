@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 
 	"github.com/kvidx/kvidx/engine"
 	"github.com/kvidx/kvidx/wal"
@@ -29,3 +30,31 @@ type Store interface {
 	// WALRange returns the first and last index in the WAL (0, 0 when empty).
 	WALRange() (first, last uint64, err error)
 }
+
+// SourceStore is the store an event source (ZMQ, NATS) appends through: the
+// server's store, whose successful appends count towards
+// Config.SnapshotEveryEvents as HTTP ingest's do, and whose fencing error
+// puts the server in the Fenced phase. Get one with [Server.SourceStore].
+type SourceStore struct {
+	srv *Server
+	st  Store
+}
+
+// SourceStore returns the store for event sources over st (the store
+// given to SetStore).
+func (s *Server) SourceStore(st Store) *SourceStore { return &SourceStore{srv: s, st: st} }
+
+// Append appends through the store and counts what it appended.
+func (ss *SourceStore) Append(ctx context.Context, events []engine.Event, positions []wal.Position) (uint64, []error, error) {
+	index, results, err := ss.st.Append(ctx, events, positions)
+	switch {
+	case err == nil:
+		ss.srv.snaps.appended(len(events))
+	case errors.Is(err, wal.ErrFenced):
+		ss.srv.SetFenced(err)
+	}
+	return index, results, err
+}
+
+// Applied returns the store's applied WAL index and source positions.
+func (ss *SourceStore) Applied() (uint64, []wal.Position) { return ss.st.Applied() }

@@ -156,6 +156,14 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		if err != nil {
 			return fmt.Errorf("serve: --zmq %q: %w", z, err)
 		}
+		// A source's WAL position and metrics are named by its endpoint:
+		// two sources of one endpoint would share a position and break
+		// /metrics.
+		for _, o := range specs {
+			if o.Endpoint == spec.Endpoint {
+				return fmt.Errorf("serve: --zmq %q: endpoint %s is given twice", z, spec.Endpoint)
+			}
+		}
 		specs = append(specs, spec)
 	}
 	ln, err := net.Listen("tcp", f.listen)
@@ -200,7 +208,7 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	srv.SetStore(store)
 	var sources sync.WaitGroup
 	for _, spec := range specs {
-		src := ingest.NewZMQSource(spec, store, ingest.ZMQOptions{Logger: log})
+		src := ingest.NewZMQSource(spec, srv.SourceStore(store), ingest.ZMQOptions{Logger: log})
 		srv.AddSource(func() node.SourceStatus {
 			st := src.Stats()
 			return node.SourceStatus{Name: st.Source, Connected: st.Connected, Applied: st.LastSeq, Lag: st.Lag, Errors: st.Errors}
@@ -208,7 +216,7 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		sources.Go(func() { _ = src.Run(ctx) })
 	}
 	if f.natsURL != "" {
-		src := jetstream.New(jetstream.Config{URL: f.natsURL, Stream: f.natsStream, Subject: f.natsSubject, AllowGap: f.natsAllowGap, Logger: log}, store)
+		src := jetstream.New(jetstream.Config{URL: f.natsURL, Stream: f.natsStream, Subject: f.natsSubject, AllowGap: f.natsAllowGap, Logger: log}, srv.SourceStore(store))
 		srv.AddSource(func() node.SourceStatus {
 			st := src.Status()
 			return node.SourceStatus{Name: jetstream.PositionName(f.natsStream), Connected: st.Connected, Applied: st.Applied, Lag: st.Lag, Problem: st.Gap, Errors: st.Errors}

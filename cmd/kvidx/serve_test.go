@@ -206,3 +206,25 @@ func TestServeChild(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestServeRejectsBadZMQFlags(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		zmq  []string
+		want string
+	}{
+		{"no worker id", []string{"tcp://127.0.0.1:1"}, "want ENDPOINT=WORKER_ID"},
+		{"endpoint twice", []string{"tcp://127.0.0.1:1=1", "tcp://127.0.0.1:1=2"}, "given twice"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := []string{"serve", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0"}
+			for _, z := range tc.zmq {
+				args = append(args, "--zmq", z)
+			}
+			_, _, err := runKvidx(t, "", args...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
