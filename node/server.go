@@ -353,8 +353,11 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (buf *bytes.Bu
 		buf = new(bytes.Buffer)
 	}
 	buf.Reset()
+	// Reserve by the declared length only up to a point: a client that
+	// declares 16 MiB and sends nothing must not pin 16 MiB until the read
+	// timeout. Larger bodies grow the buffer as they arrive.
 	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength))
+		buf.Grow(int(min(r.ContentLength, maxReservedBody)))
 	}
 	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
@@ -369,6 +372,10 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (buf *bytes.Bu
 	}
 	return buf, true
 }
+
+// maxReservedBody is the most of a request's declared length reserved
+// before its bytes arrive.
+const maxReservedBody = 256 << 10
 
 func (s *Server) putBuf(b *bytes.Buffer) {
 	if b.Cap() <= maxPooledBuffer {
