@@ -8,11 +8,14 @@ import (
 	"log"
 	"log/slog"
 	"math"
+	"net"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+	"github.com/go-zeromq/zmq4/transport"
 
 	"github.com/kvidx/kvidx/engine"
 	"github.com/kvidx/kvidx/wal"
@@ -49,7 +52,8 @@ type ZMQOptions struct {
 	// reconnects and between retries of a refused append; default 100ms
 	// and 5s.
 	MinBackoff, MaxBackoff time.Duration
-	// DialTimeout bounds one connection attempt; default 5s.
+	// DialTimeout bounds one connection attempt, TCP connect and ZMTP
+	// handshake together; default 5s.
 	DialTimeout time.Duration
 	// ReplayTimeout is the longest wait for one replay reply; default 10s.
 	ReplayTimeout time.Duration
@@ -278,16 +282,121 @@ func (s *ZMQSource) socketOptions() []zmq4.Option {
 	}
 }
 
+// zmq4 (v0.17.0) bounds only the TCP connect of a Dial: the ZMTP handshake
+// after it reads the peer's greeting without a deadline, never looks at the
+// socket's context, and Close does not reach the connection (it is not yet
+// one of the socket's), so a peer that accepts and stays silent blocked Dial,
+// and with it Run and the reconnects, for ever. zmq4 has no dialer hook, but
+// it looks transports up by URL scheme in a registry it exports and hands
+// the transport's Dial the socket's context. So the source dials its tcp://
+// and ipc:// endpoints as guarded+tcp:// and guarded+ipc://, through
+// guardedTransport: the new connection gets the deadline of the attempt,
+// which [dialGuard.connected] lifts once zmq4's Dial is done, and is closed
+// when the socket's context ends (cancellation or Close), which is the only
+// thing that interrupts the handshake's reads.
+
+// guardedScheme prefixes the schemes of the transports registered below.
+const guardedScheme = "kvidx-guarded+"
+
+// registerGuarded registers the guarded transports once per process (the
+// registry is global and refuses duplicates).
+var registerGuarded = sync.OnceValue(func() error {
+	for scheme, network := range map[string]string{"tcp": "tcp", "ipc": "unix"} {
+		if err := zmq4.RegisterTransport(guardedScheme+scheme, guardedTransport{transport.New(network)}); err != nil {
+			return fmt.Errorf("registering the zmq4 transport %s%s: %w", guardedScheme, scheme, err)
+		}
+	}
+	return nil
+})
+
+// guardedEndpoint returns the endpoint to dial ep through guardedTransport,
+// or ep itself for transports it does not wrap (inproc: the peer is in this
+// process). A failed registration (another package took the name) falls
+// back to the unguarded endpoint rather than never connecting.
+func (s *ZMQSource) guardedEndpoint(ep string) string {
+	scheme, addr, ok := strings.Cut(ep, "://")
+	if !ok || (scheme != "tcp" && scheme != "ipc") {
+		return ep
+	}
+	if err := registerGuarded(); err != nil {
+		s.log.Warn("zmq dials are not guarded: a peer that never completes the handshake can block the source", "err", err)
+		return ep
+	}
+	return guardedScheme + scheme + "://" + addr
+}
+
+// dialGuardKey keys the [dialGuard] in a socket's context.
+type dialGuardKey struct{}
+
+// dialGuard is one socket's hook into guardedTransport: the deadline of its
+// dial and, once connected, the connection.
+type dialGuard struct {
+	deadline time.Time
+	mu       sync.Mutex
+	conn     net.Conn
+}
+
+// guardedContext returns ctx carrying a new dialGuard whose attempt ends
+// after timeout from now.
+func guardedContext(ctx context.Context, timeout time.Duration) (context.Context, *dialGuard) {
+	g := &dialGuard{deadline: time.Now().Add(timeout)}
+	return context.WithValue(ctx, dialGuardKey{}, g), g
+}
+
+// connected lifts the handshake deadline once Dial succeeded. (Should the
+// deadline pass between the handshake's end and this call, zmq4's reader
+// fails, and the source sees a disconnect and redials.)
+func (g *dialGuard) connected() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.conn != nil {
+		g.conn.SetDeadline(time.Time{})
+	}
+}
+
+// guardedTransport is a zmq4 transport that bounds and cancels the ZMTP
+// handshake of the connections it dials (see guardedScheme).
+type guardedTransport struct{ inner transport.Transport }
+
+func (t guardedTransport) Dial(ctx context.Context, d transport.Dialer, addr string) (net.Conn, error) {
+	conn, err := t.inner.Dial(ctx, d, addr)
+	if err != nil {
+		return nil, err
+	}
+	if g, ok := ctx.Value(dialGuardKey{}).(*dialGuard); ok {
+		if err := conn.SetDeadline(g.deadline); err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("setting the handshake deadline on %s: %w", addr, err)
+		}
+		g.mu.Lock()
+		g.conn = conn
+		g.mu.Unlock()
+	}
+	// ctx is the socket's: it ends on cancellation and on Close.
+	context.AfterFunc(ctx, func() { conn.Close() })
+	return conn, nil
+}
+
+func (t guardedTransport) Listen(ctx context.Context, addr string) (net.Listener, error) {
+	return t.inner.Listen(ctx, addr)
+}
+
+func (t guardedTransport) Addr(ep string) (string, error) { return t.inner.Addr(ep) }
+
 // subLoop keeps a SUB socket connected to the endpoint, reconnecting with
 // backoff, and passes every received message on to out.
 func (s *ZMQSource) subLoop(ctx context.Context, out chan<- [][]byte) {
 	backoff := s.opts.MinBackoff
 	for ctx.Err() == nil {
-		sctx, scancel := context.WithCancel(ctx)
+		gctx, guard := guardedContext(ctx, s.opts.DialTimeout)
+		sctx, scancel := context.WithCancel(gctx)
 		sub := zmq4.NewSub(sctx, s.socketOptions()...)
 		err := sub.SetOption(zmq4.OptionSubscribe, "")
 		if err == nil {
-			err = sub.Dial(s.spec.Endpoint)
+			err = sub.Dial(s.guardedEndpoint(s.spec.Endpoint))
+		}
+		if err == nil {
+			guard.connected()
 		}
 		if err != nil {
 			sub.Close()
@@ -477,11 +586,16 @@ func (s *ZMQSource) replay(ctx context.Context, start uint64) error {
 	s.stats.Replays++
 	s.mu.Unlock()
 	s.log.Info("zmq replay requested", "replay", s.spec.Replay, "from_seq", start)
-	dctx, cancel := context.WithCancel(ctx)
+	gctx, guard := guardedContext(ctx, s.opts.DialTimeout)
+	dctx, cancel := context.WithCancel(gctx)
 	defer cancel()
 	dealer := zmq4.NewDealer(dctx, s.socketOptions()...)
 	defer dealer.Close()
-	if err := dealer.Dial(s.spec.Replay); err != nil {
+	err := dealer.Dial(s.guardedEndpoint(s.spec.Replay))
+	if err == nil {
+		guard.connected()
+	}
+	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
