@@ -121,8 +121,17 @@ type ZMQSource struct {
 	dec   VLLMDecoder
 	last  uint64
 	have  bool
-	ranks map[uint32]struct{}
+	ranks map[uint32]struct{} // DP ranks seen, at most maxDPRanks
 }
+
+// maxDPRanks bounds the distinct data_parallel_rank values one source
+// keeps. The rank is a uint32 from the wire, and every clear of the worker
+// names each rank seen in one event, so without a bound a corrupt or hostile
+// publisher could make every later clear a WAL entry of tens of thousands of
+// events (and the set grow for ever). A vLLM engine has a few DP ranks; a
+// batch that would be the source's rank number maxDPRanks+1 is treated as
+// undecodable (see [ZMQSource.deliver]).
+const maxDPRanks = 1024
 
 // NewZMQSource returns a source for spec appending to store. It does
 // nothing until [ZMQSource.Run].
@@ -497,6 +506,13 @@ func (s *ZMQSource) deliver(ctx context.Context, seq uint64, payload []byte, rep
 	if err != nil {
 		// The batch's effect is unknown: forget the worker, move past it.
 		s.fail(ReasonDecode, fmt.Errorf("batch %d: %w (clearing the worker)", seq, err))
+		return s.append(ctx, s.clearEvents(nil), seq, true)
+	}
+	if _, known := s.ranks[b.DPRank]; !known && len(s.ranks) >= maxDPRanks {
+		// Like an undecodable batch: its events are not applied, and the
+		// rank is not remembered, so the clear stays bounded; since the
+		// batch's effect on the worker is lost, the worker is cleared.
+		s.fail(ReasonDecode, fmt.Errorf("batch %d: data_parallel_rank %d beyond the %d distinct ranks a source accepts (clearing the worker)", seq, b.DPRank, maxDPRanks))
 		return s.append(ctx, s.clearEvents(nil), seq, true)
 	}
 	if b.Unknown > 0 {
