@@ -97,15 +97,56 @@ func (s *Source) update(f func(*Status)) {
 	s.mu.Unlock()
 }
 
-// applied returns the last stream sequence the store recorded for this source.
-func (s *Source) applied() uint64 {
+// createdPositionName names the position under which a source records when
+// the stream it reads was created (Unix nanoseconds), next to its sequence:
+// a sequence only means something in the stream it was read from, and a
+// deleted and recreated stream numbers its messages from 1 again.
+func createdPositionName(stream string) string { return PositionName(stream) + ":created" }
+
+// recorded returns the last stream sequence the store recorded for this
+// source and when the stream it counts in was created (zero: not recorded,
+// e.g. a log written before kvidx recorded it).
+func (s *Source) recorded() (seq uint64, created time.Time) {
 	_, positions := s.store.Applied()
 	for _, p := range positions {
-		if p.Source == PositionName(s.cfg.Stream) {
-			return p.Seq
+		switch p.Source {
+		case PositionName(s.cfg.Stream):
+			seq = p.Seq
+		case createdPositionName(s.cfg.Stream):
+			created = time.Unix(0, int64(p.Seq))
 		}
 	}
-	return 0
+	return seq, created
+}
+
+// positions returns the positions recorded with messages up to seq of the
+// stream described by info.
+func (s *Source) positions(seq uint64, info *js.StreamInfo) []wal.Position {
+	ps := []wal.Position{{Source: PositionName(s.cfg.Stream), Seq: seq}}
+	if !info.Created.IsZero() {
+		ps = append(ps, wal.Position{Source: createdPositionName(s.cfg.Stream), Seq: uint64(info.Created.UnixNano())})
+	}
+	return ps
+}
+
+// checkStart compares the recorded position (the last applied sequence and
+// the creation time of its stream, zero if unknown) with the stream's state
+// and returns, when the source cannot simply go on with the next message, a
+// description of the gap, and whether the stream was reset (recreated, or
+// emptied below the position) rather than merely trimmed at its front.
+func checkStart(stream string, info *js.StreamInfo, applied uint64, created time.Time) (gap string, reset bool) {
+	st, next := info.State, applied+1
+	switch {
+	case !created.IsZero() && !info.Created.IsZero() && !info.Created.Equal(created):
+		return fmt.Sprintf("stream %s was recreated (created %s; the last message this replica applied, %d, was in the stream created %s): the new stream's messages before %d would be skipped",
+			stream, info.Created.UTC().Format(time.RFC3339Nano), applied, created.UTC().Format(time.RFC3339Nano), next), true
+	case st.LastSeq < applied:
+		return fmt.Sprintf("stream %s ends at message %d, before message %d this replica applied last: it was recreated or reset, and its messages before %d would be skipped",
+			stream, st.LastSeq, applied, next), true
+	case st.FirstSeq > next && !(st.Msgs == 0 && st.LastSeq < next):
+		return fmt.Sprintf("stream %s messages %d..%d are gone (the stream now starts at %d)", stream, next, st.FirstSeq-1, st.FirstSeq), false
+	}
+	return "", false
 }
 
 // Run consumes until ctx ends, reconnecting with backoff after failures.
@@ -142,33 +183,51 @@ func (s *Source) session(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("stream %s: %w", s.cfg.Stream, err)
 	}
-	next := s.applied() + 1
+	applied, created := s.recorded()
+	next := applied + 1
+	var info *js.StreamInfo
 	for {
-		info, err := stream.Info(ctx)
+		info, err = stream.Info(ctx)
 		if err != nil {
 			return fmt.Errorf("stream %s: %w", s.cfg.Stream, err)
 		}
-		first := info.State.FirstSeq
-		if first <= next || info.State.Msgs == 0 && info.State.LastSeq < next {
+		gap, reset := checkStart(s.cfg.Stream, info, applied, created)
+		if gap == "" {
 			s.update(func(st *Status) { st.Gap = "" })
 			break
 		}
-		gap := fmt.Sprintf("stream %s messages %d..%d are gone (the stream now starts at %d)", s.cfg.Stream, next, first-1, first)
 		if s.cfg.AllowGap {
 			s.log.Warn("skipping a gap in the stream (allowed)", "gap", gap)
-			next = first
+			next = max(info.State.FirstSeq, 1)
+			if reset {
+				// Unlike a ZMQ engine's reset, which concerns one worker the
+				// source can clear, a stream carries any number of workers'
+				// events (next to other sources'), so what the old stream's
+				// messages did cannot be undone here: like any gap, the
+				// operator decides (AllowGap). Going on, the position must
+				// count in the new stream from now on, durably: recorded only
+				// with the next message, a restart before it would compare
+				// the new stream with the old position again, and once the
+				// new stream grew past it, skip its first messages silently.
+				if _, _, err := s.store.Append(ctx, nil, s.positions(next-1, info)); err != nil {
+					return fmt.Errorf("recording the reset of stream %s: %w", s.cfg.Stream, err)
+				}
+			}
 			s.update(func(st *Status) { st.Gap = "" })
 			break
 		}
 		s.update(func(st *Status) { st.Gap = gap })
-		s.log.Error("not applying: the stream has lost messages this replica never applied; restart with --nats-allow-gap to continue without them", "gap", gap)
+		s.log.Error("not applying: the stream lost messages this replica never applied, or was recreated; restart with --nats-allow-gap to continue without them", "gap", gap)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(5 * time.Second):
 		}
 	}
-	cfg := js.OrderedConsumerConfig{DeliverPolicy: js.DeliverByStartSequencePolicy, OptStartSeq: next}
+	// One attempt to recreate the consumer (the default is unlimited, with
+	// backoff, deaf to ctx): if the stream is gone, Fetch fails and the next
+	// session checks the stream again.
+	cfg := js.OrderedConsumerConfig{DeliverPolicy: js.DeliverByStartSequencePolicy, OptStartSeq: next, MaxResetAttempts: 1}
 	if s.cfg.Subject != "" {
 		cfg.FilterSubjects = []string{s.cfg.Subject}
 	}
@@ -177,6 +236,7 @@ func (s *Source) session(ctx context.Context) error {
 		return fmt.Errorf("consumer on %s: %w", s.cfg.Stream, err)
 	}
 	s.update(func(st *Status) { st.Connected, st.Applied = true, next-1 })
+	var lastCheck time.Time
 	for ctx.Err() == nil {
 		batch, err := cons.Fetch(s.cfg.BatchMax, js.FetchMaxWait(200*time.Millisecond))
 		if err != nil {
@@ -205,10 +265,25 @@ func (s *Source) session(ctx context.Context) error {
 			return fmt.Errorf("fetching from %s: %w", s.cfg.Stream, err)
 		}
 		if lastSeq == 0 {
+			// Idle: the ordered consumer recreates itself at the next
+			// sequence after each fetch, even in a stream deleted and
+			// recreated meanwhile; check, at most once a second, that the
+			// stream is still the one the position counts in.
+			if time.Since(lastCheck) >= time.Second {
+				lastCheck = time.Now()
+				now, err := stream.Info(ctx)
+				if err != nil {
+					return fmt.Errorf("stream %s: %w", s.cfg.Stream, err)
+				}
+				applied, _ := s.recorded()
+				if gap, _ := checkStart(s.cfg.Stream, now, applied, info.Created); gap != "" {
+					return fmt.Errorf("stream %s changed under the consumer: %s", s.cfg.Stream, gap)
+				}
+			}
 			continue
 		}
 		// The events and the position go in one WAL entry: applied exactly once.
-		if _, _, err := s.store.Append(ctx, events, []wal.Position{{Source: PositionName(s.cfg.Stream), Seq: lastSeq}}); err != nil {
+		if _, _, err := s.store.Append(ctx, events, s.positions(lastSeq, info)); err != nil {
 			return fmt.Errorf("appending messages up to %d: %w", lastSeq, err)
 		}
 		s.update(func(st *Status) { st.Applied, st.Lag = lastSeq, pending })
