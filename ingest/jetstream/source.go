@@ -59,6 +59,9 @@ type Source struct {
 	store Store
 	log   *slog.Logger
 
+	// minBackoff and maxBackoff bound the wait between sessions.
+	minBackoff, maxBackoff time.Duration
+
 	mu      sync.Mutex
 	status  Status
 	lastLog time.Time
@@ -73,6 +76,7 @@ func New(cfg Config, store Store) *Source {
 		cfg.Logger = slog.Default()
 	}
 	return &Source{cfg: cfg, store: store, log: cfg.Logger.With("source", PositionName(cfg.Stream)),
+		minBackoff: 100 * time.Millisecond, maxBackoff: 5 * time.Second,
 		status: Status{Errors: map[string]uint64{}}}
 }
 
@@ -151,12 +155,21 @@ func checkStart(stream string, info *js.StreamInfo, applied uint64, created time
 
 // Run consumes until ctx ends, reconnecting with backoff after failures.
 func (s *Source) Run(ctx context.Context) error {
-	backoff := 100 * time.Millisecond
+	backoff := s.minBackoff
 	for {
+		start := time.Now()
 		err := s.session(ctx)
-		s.update(func(st *Status) { st.Connected = false })
+		var consumed bool
+		s.update(func(st *Status) { consumed, st.Connected = st.Connected, false })
 		if ctx.Err() != nil {
 			return nil
+		}
+		// The backoff grows while sessions keep failing; one that consumed
+		// for longer than the longest wait was good, and the failure that
+		// ended it starts afresh. (Not any session that got to consuming: one
+		// failing right after would redial at the shortest wait for ever.)
+		if consumed && time.Since(start) >= s.maxBackoff {
+			backoff = s.minBackoff
 		}
 		s.log.Warn("stream session ended; reconnecting", "err", err, "after", backoff)
 		select {
@@ -164,7 +177,7 @@ func (s *Source) Run(ctx context.Context) error {
 			return nil
 		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, 5*time.Second)
+		backoff = min(2*backoff, s.maxBackoff)
 	}
 }
 
