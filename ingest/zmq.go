@@ -602,6 +602,11 @@ func (s *ZMQSource) replay(ctx context.Context, start uint64) error {
 	s.stats.Replays++
 	s.mu.Unlock()
 	s.log.Info("zmq replay requested", "replay", s.spec.Replay, "from_seq", start)
+	// The reply reader below must be done when replay returns (Run
+	// promises its goroutines are): deferred first, this wait runs last,
+	// after cancel and Close have ended its Recv.
+	var reader sync.WaitGroup
+	defer reader.Wait()
 	gctx, guard := guardedContext(ctx, s.opts.DialTimeout)
 	dctx, cancel := context.WithCancel(gctx)
 	defer cancel()
@@ -632,7 +637,7 @@ func (s *ZMQSource) replay(ctx context.Context, start uint64) error {
 		err    error
 	}
 	replies := make(chan reply, 16)
-	go func() {
+	reader.Go(func() {
 		for {
 			m, err := dealer.Recv()
 			select {
@@ -644,7 +649,7 @@ func (s *ZMQSource) replay(ctx context.Context, start uint64) error {
 				return
 			}
 		}
-	}()
+	})
 	timer := time.NewTimer(s.opts.ReplayTimeout)
 	defer timer.Stop()
 	n := 0
