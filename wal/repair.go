@@ -2,6 +2,7 @@ package wal
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -202,8 +203,10 @@ func syncDir(dir string) error {
 // RepairTruncateAfter is the operator's explicit cut: it removes every entry
 // after index from the log in dir, whatever their state, after copying each
 // segment file it changes or deletes into backupDir (created if needed,
-// files keep their names). It takes the directory lock, so no Log may have
-// dir open. It walks tidwall/wal's framing only, not kvidx's CRCs, so it can
+// files keep their names). backupDir must not be dir itself, and no file
+// in it may already have a copy's name: an earlier backup is never
+// overwritten, and nothing is cut unless every copy is whole and fsynced.
+// It takes the directory lock, so no Log may have dir open. It walks tidwall/wal's framing only, not kvidx's CRCs, so it can
 // cut just before a damaged entry that [Open] refuses. index must lie within
 // the log's segments; index = first index - 1 empties the log.
 func RepairTruncateAfter(dir string, index uint64, backupDir string) (err error) {
@@ -252,15 +255,7 @@ func RepairTruncateAfter(dir string, index uint64, backupDir string) (err error)
 		}
 		off += n
 	}
-	if err := os.MkdirAll(backupDir, 0o750); err != nil {
-		return fmt.Errorf("wal %s: backup: %w", dir, err)
-	}
-	for _, s := range segs[si:] {
-		if err := copyFile(filepath.Join(dir, s.name), filepath.Join(backupDir, s.name)); err != nil {
-			return fmt.Errorf("wal %s: backup segment %s: %w", dir, s.name, err)
-		}
-	}
-	if err := syncDir(backupDir); err != nil {
+	if err := backupSegments(dir, backupDir, segs[si:]); err != nil {
 		return err
 	}
 	// Delete later segments from the last, then cut this one, so a crash
@@ -300,23 +295,87 @@ func truncateSync(path string, size int64) error {
 	return f.Close()
 }
 
-func copyFile(src, dst string) error {
+// backupSegments copies segs from dir into backupDir (created if needed)
+// and makes the copies durable. It refuses, before copying anything, a
+// backup directory that is dir itself (the copies would overwrite the
+// segments they copy) and a backup directory already holding a file of a
+// segment's name (an earlier repair's backup, which must not be lost). On
+// failure it removes the copies it made, so nothing may be cut: a cut is
+// only safe once every copy is whole and fsynced.
+func backupSegments(dir, backupDir string, segs []segFile) (err error) {
+	if err := os.MkdirAll(backupDir, 0o750); err != nil {
+		return fmt.Errorf("wal %s: backup: %w", dir, err)
+	}
+	dfi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("wal %s: %w", dir, err)
+	}
+	bfi, err := os.Stat(backupDir)
+	if err != nil {
+		return fmt.Errorf("wal %s: backup: %w", dir, err)
+	}
+	if os.SameFile(dfi, bfi) {
+		return fmt.Errorf("wal %s: backup directory %s is the log directory itself: choose another one", dir, backupDir)
+	}
+	for _, s := range segs {
+		dst := filepath.Join(backupDir, s.name)
+		if _, err := os.Lstat(dst); err == nil {
+			return fmt.Errorf("wal %s: backup file %s already exists (an earlier backup?): refusing to overwrite it; choose another backup directory", dir, dst)
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("wal %s: backup: %w", dir, err)
+		}
+	}
+	var made []string
+	defer func() {
+		if err != nil {
+			for _, p := range made {
+				os.Remove(p)
+			}
+		}
+	}()
+	for _, s := range segs {
+		dst := filepath.Join(backupDir, s.name)
+		created, err := copyFile(filepath.Join(dir, s.name), dst)
+		if created {
+			made = append(made, dst)
+		}
+		if err != nil {
+			return fmt.Errorf("wal %s: backup segment %s to %s: %w", dir, s.name, dst, err)
+		}
+	}
+	if err := syncDir(backupDir); err != nil {
+		return err
+	}
+	// MkdirAll may have just created backupDir: make its entry durable too.
+	return syncDir(filepath.Dir(filepath.Clean(backupDir)))
+}
+
+// copyFile copies src to a new file dst, fsynced. It never overwrites: dst
+// must not exist (O_EXCL). created tells whether dst was created (and so
+// may be removed again on failure).
+func copyFile(src, dst string) (created bool, err error) {
 	in, err := os.Open(src)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o640)
+	fi, err := in.Stat()
 	if err != nil {
-		return err
+		return false, err
 	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o640)
+	if err != nil {
+		return false, err
 	}
-	if err := out.Sync(); err != nil {
-		out.Close()
-		return err
+	n, err := io.Copy(out, in)
+	if err == nil && n != fi.Size() {
+		err = fmt.Errorf("copied %d bytes of %d", n, fi.Size())
 	}
-	return out.Close()
+	if err == nil {
+		err = out.Sync()
+	}
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	return true, err
 }

@@ -67,7 +67,7 @@ func cloneDir(t *testing.T, dir string) string {
 	out := t.TempDir()
 	segs, _ := listSegments(dir)
 	for _, s := range segs {
-		if err := copyFile(filepath.Join(dir, s.name), filepath.Join(out, s.name)); err != nil {
+		if _, err := copyFile(filepath.Join(dir, s.name), filepath.Join(out, s.name)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -293,4 +293,93 @@ func TestRepairTruncateAfter(t *testing.T) {
 		l = checkPrefix(t, src, want, int(cut))
 		l.Close()
 	}
+}
+
+// dirFiles returns the contents of every regular file in dir.
+func dirFiles(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, e := range ents {
+		if e.Type().IsRegular() {
+			b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[e.Name()] = string(b)
+		}
+	}
+	return out
+}
+
+// A repair must never overwrite a file in its backup directory: not an
+// earlier repair's backup, and not the segment it is copying (a backup
+// directory that is the log directory truncated the segment to nothing).
+func TestRepairBackupNeverOverwrites(t *testing.T) {
+	const n = 30
+	tests := []struct {
+		name    string
+		backup  func(t *testing.T, dir string) string // the backup directory of the second cut
+		wantErr string
+	}{
+		{"same backup twice", func(t *testing.T, dir string) string { return filepath.Join(filepath.Dir(dir), "bak") }, "already exists"},
+		{"the log directory", func(t *testing.T, dir string) string { return dir }, "is the log directory itself"},
+		{"the log directory by another name", func(t *testing.T, dir string) string { return dir + "/." }, "is the log directory itself"},
+		{"the log directory through a symlink", func(t *testing.T, dir string) string {
+			link := filepath.Join(t.TempDir(), "link")
+			if err := os.Symlink(dir, link); err != nil {
+				t.Fatal(err)
+			}
+			return link
+		}, "is the log directory itself"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			src, _ := buildLog(t, n, 1<<20) // one segment: both cuts change it
+			dir := filepath.Join(t.TempDir(), "wal")
+			if err := os.Mkdir(dir, 0o750); err != nil {
+				t.Fatal(err)
+			}
+			for name, b := range dirFiles(t, src) {
+				os.WriteFile(filepath.Join(dir, name), []byte(b), 0o640)
+			}
+			// A first cut keeps its backup in bak.
+			bak := filepath.Join(filepath.Dir(dir), "bak")
+			if err := RepairTruncateAfter(dir, n-1, bak); err != nil {
+				t.Fatal(err)
+			}
+			log, kept := dirFiles(t, dir), dirFiles(t, bak)
+			// A second cut, in the same segment, must refuse and change nothing.
+			backup := tt.backup(t, dir)
+			err := RepairTruncateAfter(dir, n-2, backup)
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("second cut: %v, want an error with %q", err, tt.wantErr)
+			}
+			if tt.wantErr == "already exists" && !strings.Contains(err.Error(), filepath.Join(bak, segsOf(t, bak)[0])) {
+				t.Errorf("error does not name the backup file: %v", err)
+			}
+			if got := dirFiles(t, dir); !reflect.DeepEqual(got, log) {
+				t.Error("the refused cut changed the log")
+			}
+			if got := dirFiles(t, bak); !reflect.DeepEqual(got, kept) {
+				t.Error("the refused cut changed the first backup")
+			}
+		})
+	}
+}
+
+// segsOf returns the segment file names in dir.
+func segsOf(t *testing.T, dir string) []string {
+	segs, err := listSegments(dir)
+	if err != nil || len(segs) == 0 {
+		t.Fatalf("segments of %s: %v %v", dir, segs, err)
+	}
+	var names []string
+	for _, s := range segs {
+		names = append(names, s.name)
+	}
+	return names
 }

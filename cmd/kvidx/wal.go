@@ -40,7 +40,9 @@ This command is the operator's explicit decision to lose them: pick INDEX just
 before the damaged entry the error names.
 
 Every segment file the cut changes or deletes is first copied to --backup
-(default DATA_DIR/wal-backup-<time>). Nothing happens without --yes. The data
+(default DATA_DIR/wal-backup-<time>) and fsynced; nothing is cut otherwise. A
+file already in --backup is never overwritten (the repair refuses, naming it),
+and --backup may not be DATA_DIR/wal itself. Nothing happens without --yes. The data
 directory must not be open in a running kvidx (the command takes its lock).`,
 		Example: `  kvidx wal repair ./kvidx-data --truncate-after 41234 --yes`,
 		Args:    cobra.ExactArgs(1),
