@@ -63,7 +63,12 @@
 // running server's directory): they see the segments as tidwall/wal would
 // after finishing an interrupted truncation, report a torn tail (what Open
 // would cut) instead of cutting it, and name the segment file and byte
-// offset of damage inside the log.
+// offset of damage inside the log. A segment other than the last whose
+// framing breaks anywhere (even in bytes after its whole entries) is
+// reported as one gap from its first entry up to the next segment:
+// tidwall/wal parses such a segment whole when reading it and fails on
+// every entry, though Open, which reads only the last segment, accepts
+// the log.
 //
 // Reads are serialised (tidwall/wal v1.2.1 can panic on concurrent reads of
 // non-tail segments).

@@ -206,6 +206,27 @@ func walk(dir string, from, to uint64, fn func(Entry) error) (Layout, error) {
 				}
 			}
 		}
+		// tidwall/wal reads a segment other than the last one whole, and
+		// fails on every entry of it if its framing breaks anywhere, even
+		// after the last whole entry (Open never reads it: only reading
+		// does). Such a segment is unreadable up to the next segment,
+		// which is also what recovery finds (no replay may cross it).
+		broken := false
+		if !last {
+			if whole, boff, ok := frames(data); !ok {
+				broken = true
+				end := segs[si+1].index
+				lay.Damage = append(lay.Damage, Damage{Segment: s.name, Offset: int64(boff), Index: s.index,
+					Desc: fmt.Sprintf("tidwall/wal framing breaks at byte %d of %d after %d whole entries: tidwall/wal reads the segment whole, so none of them can be read", boff, len(data), whole)})
+				g := Gap{From: s.index, To: end - 1, Desc: fmt.Sprintf(
+					"segment %s: framing breaks at byte %d of %d after %d whole entries: entries %d..%d unreadable (tidwall/wal reads a segment whole)",
+					s.name, boff, len(data), whole, s.index, end-1)}
+				lay.Gaps = append(lay.Gaps, g)
+				if inRange(g.From, g.To) {
+					fail("%s", g.Desc)
+				}
+			}
+		}
 		off := 0
 		index := s.index
 		// good is the end of the valid prefix of the last segment.
@@ -221,7 +242,7 @@ func walk(dir string, from, to uint64, fn func(Entry) error) (Layout, error) {
 				}
 				d := Damage{Segment: s.name, Offset: int64(off), Index: index, Desc: ferr.Error()}
 				lay.Damage = append(lay.Damage, d)
-				if !last && inRange(index, index) {
+				if !last && !broken && inRange(index, index) {
 					fail("%s", d)
 				}
 			} else {
@@ -231,7 +252,7 @@ func walk(dir string, from, to uint64, fn func(Entry) error) (Layout, error) {
 						lay.DecodedBytes += int64(dl)
 					}
 				}
-				if fn != nil && scanErr == nil && index >= from && index <= to && (good < 0 || !last) {
+				if fn != nil && scanErr == nil && !broken && index >= from && index <= to && (good < 0 || !last) {
 					events, positions, derr := decodeEntry(p)
 					if derr != nil {
 						fail("segment %s offset %d: entry %d: %v", s.name, off, index, derr)
@@ -244,28 +265,9 @@ func walk(dir string, from, to uint64, fn func(Entry) error) (Layout, error) {
 			index++
 			info.Entries++
 		}
-		if off < len(data) {
-			// The framing breaks: in the last segment a torn tail (or worse),
-			// elsewhere entries are unreadable up to the next segment.
-			if last {
-				if good < 0 {
-					good = off
-				}
-			} else {
-				end := index
-				if si+1 < len(segs) && segs[si+1].index > end {
-					end = segs[si+1].index
-				}
-				lay.Damage = append(lay.Damage, Damage{Segment: s.name, Offset: int64(off), Index: index,
-					Desc: fmt.Sprintf("tidwall/wal framing breaks at byte %d of %d", off, len(data))})
-				g := Gap{From: index, To: end - 1, Desc: fmt.Sprintf(
-					"segment %s: framing breaks at byte %d of %d after %d entries: entries %d..%d unreadable",
-					s.name, off, len(data), info.Entries, index, end-1)}
-				lay.Gaps = append(lay.Gaps, g)
-				if inRange(g.From, max(g.From, g.To)) {
-					fail("%s", g.Desc)
-				}
-			}
+		if off < len(data) && last && good < 0 {
+			// The framing breaks in the last segment: a torn tail (or worse).
+			good = off
 		}
 		if last {
 			lay.LastIndex = index - 1
@@ -290,12 +292,29 @@ func walk(dir string, from, to uint64, fn func(Entry) error) (Layout, error) {
 				lay.Damage = kept
 				info.Entries = lay.LastIndex + 1 - s.index
 			}
+		} else if broken {
+			// The gap recorded above already covers up to the next segment.
+			next = segs[si+1].index
 		} else {
 			next = index
 		}
 		lay.Segments = append(lay.Segments, info)
 	}
 	return lay, scanErr
+}
+
+// frames walks b's tidwall/wal framing: it returns how many whole entries
+// it holds, where the framing stops, and whether that is the end of b.
+func frames(b []byte) (n uint64, off int, ok bool) {
+	for off < len(b) {
+		_, k, ok := nextEntry(b[off:])
+		if !ok {
+			return n, off, false
+		}
+		off += k
+		n++
+	}
+	return n, off, true
 }
 
 // countEntries counts the complete entries (tidwall/wal framing) of b.

@@ -144,3 +144,61 @@ func TestScanPendingTruncation(t *testing.T) {
 		t.Fatal("Inspect changed the directory")
 	}
 }
+
+// A segment other than the last whose framing breaks cannot be read by
+// tidwall/wal at all (it parses a segment whole), although Open accepts the
+// log: the read-only walk must say so, one gap up to the next segment, and
+// not invent damage in the next segment (trailing bytes after whole entries
+// were reported as "entries 121..120" unreadable and damage at 121).
+func TestScanFramingBreakBeforeLastSegment(t *testing.T) {
+	tests := []struct {
+		name   string
+		damage func(data []byte, ends []int) []byte
+	}{
+		{"trailing garbage after whole entries", func(data []byte, _ []int) []byte { return append(data, "garbage"...) }},
+		{"last entry cut short", func(data []byte, ends []int) []byte { return data[:ends[len(ends)-1]-3] }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir, _ := buildLog(t, 40, 300)
+			segs, _ := listSegments(dir)
+			if len(segs) < 4 {
+				t.Fatalf("%d segments", len(segs))
+			}
+			seg, next := segs[1], segs[2]
+			path := filepath.Join(dir, seg.name)
+			data, _ := os.ReadFile(path)
+			os.WriteFile(path, tt.damage(data, entryEnds(t, data)), 0o640)
+
+			lay, err := Inspect(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := []Gap{{From: seg.index, To: next.index - 1}}
+			if len(lay.Gaps) != 1 || lay.Gaps[0].From != want[0].From || lay.Gaps[0].To != want[0].To {
+				t.Fatalf("gaps %+v, want one gap %d..%d", lay.Gaps, want[0].From, want[0].To)
+			}
+			for _, d := range lay.Damage {
+				if d.Segment != seg.name || d.Index >= next.index {
+					t.Errorf("damage outside the broken segment: %+v", d)
+				}
+			}
+			// The walk agrees with the log: the next segment reads, the
+			// broken one does not.
+			l := mustOpen(t, dir, quietOpts())
+			_, rerr := l.ReadEntry(seg.index)
+			_, nerr := l.ReadEntry(next.index)
+			l.Close()
+			if rerr == nil || nerr != nil {
+				t.Fatalf("log: read %d: %v; read %d: %v", seg.index, rerr, next.index, nerr)
+			}
+			if got, _, err := scanAll(t, dir, next.index, 0); err != nil || len(got) != 40-int(next.index)+1 {
+				t.Fatalf("scan from %d: %d entries, %v", next.index, len(got), err)
+			}
+			got, _, err := scanAll(t, dir, seg.index+1, seg.index+1)
+			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), seg.name) || len(got) != 0 {
+				t.Fatalf("scan of entry %d: %d entries, %v", seg.index+1, len(got), err)
+			}
+		})
+	}
+}
