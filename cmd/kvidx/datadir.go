@@ -19,10 +19,13 @@ import (
 // read-only: it mirrors recovery.Open's choices (see package recovery)
 // without taking the lock, cleaning temporary files or cutting the WAL.
 type recoveryPlan struct {
-	Format       int          `json:"format"`
-	WAL          walSummary   `json:"wal"`
-	SnapshotUsed *snapshotRef `json:"snapshot_used"`
-	Skipped      []skipped    `json:"snapshots_skipped"`
+	Format int `json:"format"`
+	// FormatProblem, when not empty, is why recovery.Open refuses the
+	// directory's FORMAT file (or its absence next to existing data).
+	FormatProblem string       `json:"format_problem,omitempty"`
+	WAL           walSummary   `json:"wal"`
+	SnapshotUsed  *snapshotRef `json:"snapshot_used"`
+	Skipped       []skipped    `json:"snapshots_skipped"`
 	// ReplayFrom..ReplayTo are the WAL entries replayed after the snapshot
 	// (ReplayEntries 0: none).
 	ReplayFrom    uint64   `json:"replay_from"`
@@ -63,28 +66,82 @@ type skipped struct {
 	Reason string `json:"reason"`
 }
 
-// readFormatFile returns the version in DATA_DIR/FORMAT (0: no file).
-func readFormatFile(dir string) (int, error) {
+// checkFormatFile applies recovery.Open's checks of DATA_DIR/FORMAT, read
+// only, and returns the version it holds (0: no FORMAT file) and, when a
+// restart would refuse the directory, why. The rules mirror the unexported
+// readFormat, checkFormat and hasData of package recovery exactly (that
+// package exports none of them): the file must be the line "kvidx-data N"
+// ending in a newline, N a version this kvidx reads; without the file the
+// directory is a new one only if it holds no data (no WAL segment with
+// entries or past index 1, no published snapshot). err is for I/O errors.
+func checkFormatFile(dir string) (version int, problem string, err error) {
 	path := filepath.Join(dir, recovery.FormatFileName)
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return 0, nil
+		data, err := dirHasData(dir)
+		if err != nil {
+			return 0, "", err
+		}
+		if data {
+			return 0, fmt.Sprintf("no %s file, but the directory holds a WAL or snapshots: not a kvidx data directory of a known format", recovery.FormatFileName), nil
+		}
+		return 0, "", nil
 	}
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
-	f := strings.Fields(string(b))
-	if len(f) != 2 || f[0] != "kvidx-data" {
-		return 0, fmt.Errorf("%s: %q is not a kvidx data directory format line", path, strings.TrimSpace(string(b)))
+	want := fmt.Sprintf("kvidx-data %d\n", recovery.FormatVersion)
+	line, ok := strings.CutSuffix(string(b), "\n")
+	f := strings.Fields(line)
+	if !ok || len(f) != 2 || f[0] != "kvidx-data" {
+		shown := string(b)
+		if len(shown) > 64 {
+			shown = shown[:64] + "..."
+		}
+		return 0, fmt.Sprintf("%s is %q, want %q", recovery.FormatFileName, shown, want), nil
 	}
 	v, err := strconv.Atoi(f[1])
 	if err != nil || v < 1 {
-		return 0, fmt.Errorf("%s: bad version %q", path, f[1])
+		return 0, fmt.Sprintf("%s holds version %q, want %q", recovery.FormatFileName, f[1], want), nil
 	}
 	if v > recovery.FormatVersion {
-		return v, fmt.Errorf("%s: format version %d is newer than this kvidx reads (%d)", path, v, recovery.FormatVersion)
+		return v, fmt.Sprintf("format version %d is newer than this kvidx reads (%d)", v, recovery.FormatVersion), nil
 	}
-	return v, nil
+	if v != recovery.FormatVersion {
+		return v, fmt.Sprintf("format version %d, this kvidx reads %d", v, recovery.FormatVersion), nil
+	}
+	return v, "", nil
+}
+
+// dirHasData mirrors recovery's hasData: whether dir holds kvidx data, a
+// WAL segment file (any name tidwall/wal could use, .START/.END included)
+// with entries or past index 1, or a published snapshot.
+func dirHasData(dir string) (bool, error) {
+	ents, err := os.ReadDir(filepath.Join(dir, recovery.WALDirName))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return false, err
+	}
+	for _, e := range ents {
+		name := e.Name()
+		if len(name) < 20 {
+			continue
+		}
+		n, err := strconv.ParseUint(name[:20], 10, 64)
+		if err != nil || n == 0 {
+			continue
+		}
+		if n != 1 {
+			return true, nil
+		}
+		if fi, err := e.Info(); err != nil || fi.Size() > 0 {
+			return true, nil
+		}
+	}
+	snaps, err := snapshot.List(filepath.Join(dir, recovery.SnapshotDirName))
+	if err != nil {
+		return false, err
+	}
+	return len(snaps) > 0, nil
 }
 
 // isDataDir reports whether path is a directory (a data directory, as
@@ -119,7 +176,7 @@ func planRecovery(ctx context.Context, dir string, load bool) (*recoveryPlan, *e
 		return nil, nil, fmt.Errorf("data dir %s: not a directory", dir)
 	}
 	p := &recoveryPlan{walDir: filepath.Join(dir, recovery.WALDirName)}
-	if p.Format, err = readFormatFile(dir); err != nil {
+	if p.Format, p.FormatProblem, err = checkFormatFile(dir); err != nil {
 		return nil, nil, fmt.Errorf("data dir %s: %w", dir, err)
 	}
 	lay, lerr := wal.Inspect(p.walDir)
@@ -135,10 +192,15 @@ func planRecovery(ctx context.Context, dir string, load bool) (*recoveryPlan, *e
 	for _, d := range lay.Damage {
 		w.Damage = append(w.Damage, d.String())
 	}
+	if lerr != nil && !errors.Is(lerr, wal.ErrCorrupt) {
+		return nil, nil, lerr
+	}
+	if p.FormatProblem != "" {
+		// recovery.Open checks FORMAT before it opens the WAL.
+		p.Refusal = p.FormatProblem
+		return p, nil, nil
+	}
 	if lerr != nil {
-		if !errors.Is(lerr, wal.ErrCorrupt) {
-			return nil, nil, lerr
-		}
 		w.OpenRefusal = sanitize(lerr.Error(), dir)
 		p.Refusal = "the WAL cannot be opened: " + w.OpenRefusal
 		return p, nil, nil

@@ -123,9 +123,12 @@ one (offline compaction), then closes and prints the recovery report.`,
 func writePlanText(w io.Writer, p *recoveryPlan) error {
 	bw := bufio.NewWriter(w)
 	row := func(k string, v any) { fmt.Fprintf(bw, "%-22s %v\n", k, v) }
-	if p.Format == 0 {
+	switch {
+	case p.FormatProblem != "":
+		row("format", p.FormatProblem)
+	case p.Format == 0:
 		row("format", "no FORMAT file (a new data directory)")
-	} else {
+	default:
 		row("format", p.Format)
 	}
 	row("wal", fmt.Sprintf("%s, %d segments, %d bytes", walRangeText(p.WAL.FirstIndex, p.WAL.LastIndex), p.WAL.Segments, p.WAL.Bytes))

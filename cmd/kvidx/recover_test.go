@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/kvidx/kvidx/eventjson"
+	"github.com/kvidx/kvidx/recovery"
 	"github.com/kvidx/kvidx/snapshot"
 )
 
@@ -100,3 +102,61 @@ func TestInspectMatch(t *testing.T) {
 }
 
 func itoa(n int) string { return joinUints([]uint64{uint64(n)}) }
+
+// recover --dry-run and inspect summary must refuse a data directory exactly
+// when recovery.Open does because of its FORMAT file: a missing FORMAT next
+// to a WAL was reported as a new directory, and a FORMAT line without its
+// newline was accepted.
+func TestDryRunFormatAgreesWithOpen(t *testing.T) {
+	tests := []struct {
+		name       string
+		fixture    bool   // start from the fixture (a WAL and snapshots), else an empty directory
+		format     string // FORMAT's contents; "-" removes it
+		wantRefuse bool
+	}{
+		{"valid", true, "kvidx-data 1\n", false},
+		{"missing next to a WAL", true, "-", true},
+		{"no trailing newline", true, "kvidx-data 1", true},
+		{"newer version", true, "kvidx-data 2\n", true},
+		{"bad version", true, "kvidx-data x\n", true},
+		{"other magic", true, "kvidx 1\n", true},
+		{"missing in an empty directory", false, "-", false},
+		{"valid in an empty directory", false, "kvidx-data 1\n", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if tt.fixture {
+				copyTree(t, fixtureDir, dir)
+			}
+			path := filepath.Join(dir, "FORMAT")
+			if tt.format == "-" {
+				os.Remove(path)
+			} else if err := os.WriteFile(path, []byte(tt.format), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			// What a restart does, on a copy (Open changes the directory).
+			img := t.TempDir()
+			copyTree(t, dir, img)
+			s, oerr := recovery.Open(context.Background(), img, recovery.Options{Logger: quietLogger()})
+			if oerr == nil {
+				s.Close()
+			}
+			if (oerr != nil) != tt.wantRefuse || (oerr != nil && !errors.Is(oerr, recovery.ErrFormat)) {
+				t.Fatalf("recovery.Open = %v, want refusal %v", oerr, tt.wantRefuse)
+			}
+			out, _, err := runKvidx(t, "", "recover", "--data-dir", dir, "--dry-run")
+			var ee *exitError
+			if tt.wantRefuse {
+				if err == nil || !asExit(err, &ee) || ee.code != 1 || !strings.Contains(out, "REFUSE") {
+					t.Errorf("dry run: %v\n%s", err, out)
+				}
+			} else if err != nil || !strings.Contains(out, "a restart would recover") {
+				t.Errorf("dry run: %v\n%s", err, out)
+			}
+			if _, _, err := runKvidx(t, "", "inspect", "summary", dir); (err != nil) != tt.wantRefuse {
+				t.Errorf("inspect summary: %v, want refusal %v", err, tt.wantRefuse)
+			}
+		})
+	}
+}
