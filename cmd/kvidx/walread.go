@@ -2,9 +2,11 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
@@ -35,7 +37,10 @@ file and byte offset.`,
   kvidx wal dump ./kvidx-data | kvidx replay --events - --queries queries.ndjson`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			dir := filepath.Join(args[0], recovery.WALDirName)
+			dir, err := walDirOf(args[0])
+			if err != nil {
+				return fmt.Errorf("wal dump: %w", err)
+			}
 			out := bufio.NewWriterSize(cmd.OutOrStdout(), 64<<10)
 			lay, _ := wal.Inspect(dir)
 			total := int64(0)
@@ -50,7 +55,7 @@ file and byte offset.`,
 			}
 			prog := newBar(cmd.ErrOrStderr(), total, "dumping WAL", false)
 			var buf []byte
-			_, err := wal.Scan(dir, from, to, func(e wal.Entry) error {
+			_, err = wal.Scan(dir, from, to, func(e wal.Entry) error {
 				for i := range e.Events {
 					buf = eventjson.AppendEventWithIndex(buf[:0], e.Index, &e.Events[i])
 					if _, err := out.Write(append(buf, '\n')); err != nil {
@@ -73,6 +78,36 @@ file and byte offset.`,
 	cmd.Flags().Uint64Var(&from, "from", 0, "first WAL index (default: the log's first)")
 	cmd.Flags().Uint64Var(&to, "to", 0, "last WAL index (default: the log's last)")
 	return cmd
+}
+
+// walDirOf returns DATA_DIR/wal, after checking that dataDir is a
+// directory holding a wal/ directory. The read-only walk calls a missing
+// log directory an empty log (a new data directory has none yet), so
+// without this a mistyped path, a plain file or the wal directory itself
+// was reported as an empty log.
+func walDirOf(dataDir string) (string, error) {
+	fi, err := os.Stat(dataDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("data dir %s does not exist", dataDir)
+	}
+	if err != nil {
+		return "", fmt.Errorf("data dir %s: %w", dataDir, err)
+	}
+	if !fi.IsDir() {
+		return "", fmt.Errorf("data dir %s is not a directory", dataDir)
+	}
+	dir := filepath.Join(dataDir, recovery.WALDirName)
+	fi, err = os.Stat(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("data dir %s has no %s/ directory (not a kvidx data directory? give DATA_DIR, not DATA_DIR/%s)", dataDir, recovery.WALDirName, recovery.WALDirName)
+	}
+	if err != nil {
+		return "", fmt.Errorf("data dir %s: %w", dataDir, err)
+	}
+	if !fi.IsDir() {
+		return "", fmt.Errorf("data dir %s: %s is not a directory", dataDir, dir)
+	}
+	return dir, nil
 }
 
 // walStat is `kvidx wal stat`'s report.
@@ -117,7 +152,10 @@ is (damage followed by valid entries in the last segment).`,
   kvidx wal stat ./kvidx-data --json | jq .torn_bytes`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			dir := filepath.Join(args[0], recovery.WALDirName)
+			dir, err := walDirOf(args[0])
+			if err != nil {
+				return fmt.Errorf("wal stat: %w", err)
+			}
 			lay, err := wal.Inspect(dir)
 			st := walStat{
 				FirstIndex: lay.FirstIndex, LastIndex: lay.LastIndex, Segments: lay.Segments, Bytes: lay.Bytes,

@@ -90,3 +90,38 @@ func segmentName(i uint64) string {
 	s := itoa(int(i))
 	return strings.Repeat("0", 20-len(s)) + s
 }
+
+// wal stat and wal dump on a path that is not a data directory are errors
+// naming the path and what is missing (they reported an empty log, or a
+// plain file as one entry).
+func TestWALReadNotADataDir(t *testing.T) {
+	base := t.TempDir()
+	file := filepath.Join(base, "file")
+	os.WriteFile(file, []byte("not a data directory\n"), 0o644)
+	empty := filepath.Join(base, "empty")
+	os.Mkdir(empty, 0o755)
+	data := filepath.Join(base, "data")
+	copyTree(t, fixtureDir, data)
+	walFile := filepath.Join(base, "walfile")
+	os.Mkdir(walFile, 0o755)
+	os.WriteFile(filepath.Join(walFile, "wal"), nil, 0o644)
+	tests := []struct {
+		name, path, want string
+	}{
+		{"missing", filepath.Join(base, "nonexistent"), "does not exist"},
+		{"plain file", file, "is not a directory"},
+		{"no wal directory", empty, "has no wal/ directory"},
+		{"the wal directory itself", filepath.Join(data, "wal"), "has no wal/ directory"},
+		{"wal is a file", walFile, "is not a directory"},
+	}
+	for _, tt := range tests {
+		for _, cmd := range []string{"stat", "dump"} {
+			t.Run(tt.name+"/"+cmd, func(t *testing.T) {
+				out, _, err := runKvidx(t, "", "wal", cmd, tt.path)
+				if err == nil || !strings.Contains(err.Error(), tt.path) || !strings.Contains(err.Error(), tt.want) {
+					t.Fatalf("error %v, want one naming %s with %q (output %q)", err, tt.path, tt.want, out)
+				}
+			})
+		}
+	}
+}
