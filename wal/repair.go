@@ -206,10 +206,19 @@ func syncDir(dir string) error {
 // files keep their names). backupDir must not be dir itself, and no file
 // in it may already have a copy's name: an earlier backup is never
 // overwritten, and nothing is cut unless every copy is whole and fsynced.
-// It takes the directory lock, so no Log may have dir open. It walks tidwall/wal's framing only, not kvidx's CRCs, so it can
+// dir must exist. It takes the directory lock, so no Log may have dir open. It walks tidwall/wal's framing only, not kvidx's CRCs, so it can
 // cut just before a damaged entry that [Open] refuses. index must lie within
 // the log's segments; index = first index - 1 empties the log.
 func RepairTruncateAfter(dir string, index uint64, backupDir string) (err error) {
+	// LockDir creates the directory: check first, so a mistyped path is
+	// an error that leaves nothing behind (not an empty dir/LOCK).
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("wal %s: %w", dir, err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("wal %s: not a directory", dir)
+	}
 	lock, err := LockDir(dir)
 	if err != nil {
 		return err

@@ -383,3 +383,20 @@ func segsOf(t *testing.T, dir string) []string {
 	}
 	return names
 }
+
+// A repair of a directory that does not exist fails without creating it
+// (LockDir used to create it and leave its LOCK file behind).
+func TestRepairMissingDir(t *testing.T) {
+	base := t.TempDir()
+	file := filepath.Join(base, "file")
+	os.WriteFile(file, nil, 0o644)
+	for _, dir := range []string{filepath.Join(base, "nope", "wal"), filepath.Join(base, "wal"), file} {
+		err := RepairTruncateAfter(dir, 0, filepath.Join(base, "bak"))
+		if err == nil || !strings.Contains(err.Error(), dir) {
+			t.Errorf("repair of %s: %v", dir, err)
+		}
+	}
+	if ents, _ := os.ReadDir(base); len(ents) != 1 {
+		t.Fatalf("the failed repairs left %v behind", ents)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
@@ -37,7 +38,8 @@ else a full replay from index 1. The exit status is 1 when a restart would
 refuse.
 
 Without --dry-run, recover opens DIR as the server does (taking its lock: it
-fails if a server runs on it), recovers the index, writes a fresh snapshot,
+fails if a server runs on it; DIR must be an existing data directory, holding
+a FORMAT file or a wal/ directory: recover creates none), recovers the index, writes a fresh snapshot,
 keeps the newest --keep snapshots and truncates the WAL up to the oldest kept
 one (offline compaction), then closes and prints the recovery report.`,
 		Example: `  kvidx recover --data-dir ./kvidx-data --dry-run
@@ -66,6 +68,12 @@ one (offline compaction), then closes and prints the recovery report.`,
 					return &exitError{code: 1, err: fmt.Errorf("recover: a restart of %s would refuse to start: %s", dataDir, p.Refusal)}
 				}
 				return nil
+			}
+			// recovery.Open creates a data directory where there is none,
+			// as serve wants; an offline recovery of a mistyped or unrelated
+			// path must not.
+			if err := requireDataDir(dataDir); err != nil {
+				return fmt.Errorf("recover: %w", err)
 			}
 			logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 			s, err := recovery.Open(ctx, dataDir, recovery.Options{KeepSnapshots: keep, Logger: logger})
@@ -118,6 +126,30 @@ one (offline compaction), then closes and prints the recovery report.`,
 	f.IntVar(&keep, "keep", 2, "snapshots to keep (the WAL is truncated only once this many exist)")
 	_ = cmd.MarkFlagRequired("data-dir")
 	return cmd
+}
+
+// requireDataDir checks that dir is an existing kvidx data directory: a
+// directory holding a FORMAT file or a wal/ directory.
+func requireDataDir(dir string) error {
+	fi, err := os.Stat(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("data dir %s does not exist (recover works on an existing data directory)", dir)
+	}
+	if err != nil {
+		return fmt.Errorf("data dir %s: %w", dir, err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("data dir %s is not a directory", dir)
+	}
+	for _, name := range []string{recovery.FormatFileName, recovery.WALDirName} {
+		if _, err := os.Lstat(filepath.Join(dir, name)); err == nil {
+			return nil
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("data dir %s: %w", dir, err)
+		}
+	}
+	return fmt.Errorf("data dir %s holds neither a %s file nor a %s/ directory: not a kvidx data directory (recover does not create one)",
+		dir, recovery.FormatFileName, recovery.WALDirName)
 }
 
 func writePlanText(w io.Writer, p *recoveryPlan) error {

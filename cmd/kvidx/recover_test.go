@@ -160,3 +160,48 @@ func TestDryRunFormatAgreesWithOpen(t *testing.T) {
 		})
 	}
 }
+
+// An offline recover, and a WAL repair, of a path that is not a data
+// directory fail and create nothing (recover made a new data directory
+// wherever it was pointed; repair left DIR/wal/LOCK behind).
+func TestRecoverNeedsDataDir(t *testing.T) {
+	base := t.TempDir()
+	file := filepath.Join(base, "file")
+	os.WriteFile(file, []byte("x"), 0o644)
+	unrelated := filepath.Join(base, "unrelated")
+	os.Mkdir(unrelated, 0o755)
+	os.WriteFile(filepath.Join(unrelated, "notes.txt"), []byte("x"), 0o644)
+	tests := []struct {
+		name, path, want string
+	}{
+		{"missing", filepath.Join(base, "nonexistent"), "does not exist"},
+		{"plain file", file, "is not a directory"},
+		{"empty directory", t.TempDir(), "not a kvidx data directory"},
+		{"unrelated directory", unrelated, "not a kvidx data directory"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := hashTree(t, base)
+			for _, args := range [][]string{
+				{"recover", "--data-dir", tt.path},
+				{"wal", "repair", tt.path, "--truncate-after", "0", "--yes", "--backup", filepath.Join(t.TempDir(), "bak")},
+			} {
+				_, _, err := runKvidx(t, "", args...)
+				if err == nil || !strings.Contains(err.Error(), tt.path) {
+					t.Errorf("%v: %v", args, err)
+				} else if args[0] == "recover" && !strings.Contains(err.Error(), tt.want) {
+					t.Errorf("%v: %v, want %q", args, err, tt.want)
+				}
+			}
+			after := hashTree(t, base)
+			if len(after) != len(before) {
+				t.Errorf("files before %v, after %v", before, after)
+			}
+			for _, p := range []string{"FORMAT", "wal", "snapshots"} {
+				if _, err := os.Stat(filepath.Join(tt.path, p)); err == nil {
+					t.Errorf("%s created", p)
+				}
+			}
+		})
+	}
+}

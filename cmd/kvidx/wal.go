@@ -53,14 +53,17 @@ directory must not be open in a running kvidx (the command takes its lock).`,
 			if !yes {
 				return fmt.Errorf("wal repair: this removes every entry after %d from %s; run again with --yes to do it", after, args[0])
 			}
-			dir := filepath.Join(args[0], "wal")
+			dir, err := walDirOf(args[0])
+			if err != nil {
+				return fmt.Errorf("wal repair: %w", err)
+			}
 			if backup == "" {
 				backup = filepath.Join(args[0], "wal-backup-"+time.Now().UTC().Format("20060102T150405Z"))
 			}
 			if err := wal.RepairTruncateAfter(dir, after, backup); err != nil {
 				return fmt.Errorf("wal repair: %w", err)
 			}
-			_, err := fmt.Fprintf(cmd.OutOrStdout(), "cut %s after entry %d; what was cut is kept in %s\n", dir, after, backup)
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "cut %s after entry %d; what was cut is kept in %s\n", dir, after, backup)
 			return err
 		},
 	}
