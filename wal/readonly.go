@@ -37,6 +37,11 @@ type Layout struct {
 	// the torn tail cut (FirstIndex > LastIndex: empty).
 	FirstIndex uint64 `json:"first_index"`
 	LastIndex  uint64 `json:"last_index"`
+	// Entries counts the entries the log could read: whole, passing their
+	// frame check, not in the torn tail, not in a segment tidwall/wal
+	// cannot read (see Gaps), each index once. With gaps or damage it is
+	// less than LastIndex-FirstIndex+1.
+	Entries uint64 `json:"entries"`
 	// Bytes is the size of every segment file; FramedBytes the entry
 	// payloads (frame header plus compressed batch) of the valid entries;
 	// DecodedBytes their uncompressed batches.
@@ -246,6 +251,12 @@ func walk(dir string, from, to uint64, fn func(Entry) error) (Layout, error) {
 					fail("%s", d)
 				}
 			} else {
+				// An entry of an earlier segment that the next one
+				// overlaps is read from the next one (tidwall/wal picks
+				// the last segment starting at or before an index).
+				if !broken && (good < 0 || !last) && (last || index < segs[si+1].index) {
+					lay.Entries++
+				}
 				if good < 0 {
 					lay.FramedBytes += int64(len(p))
 					if dl, derr := snappy.DecodedLen(p[frameHeader:]); derr == nil {
@@ -277,6 +288,7 @@ func walk(dir string, from, to uint64, fn func(Entry) error) (Layout, error) {
 				lay.LastIndex = s.index + countEntries(data[:good]) - 1
 				for p := good + 1; p < len(data); p++ {
 					if validEntryAt(data[p:]) {
+						lay.Segments = append(lay.Segments, info)
 						return lay, fmt.Errorf("wal %s: segment %s offset %d: invalid entry followed by a valid entry at offset %d (damage inside the log, not a torn tail; Open refuses it): %w",
 							dir, s.name, good, p, ErrCorrupt)
 					}

@@ -202,3 +202,78 @@ func TestScanFramingBreakBeforeLastSegment(t *testing.T) {
 		})
 	}
 }
+
+// Inspect counts the entries the log could read (stat printed
+// last-first+1 whatever the gaps and damage) and lists every segment, the
+// last one too when Open would refuse it (bytes counted it, the table did
+// not).
+func TestInspectCountsReadableEntriesAndEverySegment(t *testing.T) {
+	const n = 40
+	tests := []struct {
+		name string
+		// damage changes the log and returns how many entries stay readable.
+		damage  func(t *testing.T, dir string, segs []segFile) uint64
+		wantErr bool
+	}{
+		{"clean", func(t *testing.T, dir string, segs []segFile) uint64 { return n }, false},
+		{"a damaged entry", func(t *testing.T, dir string, segs []segFile) uint64 {
+			path := filepath.Join(dir, segs[0].name)
+			data, _ := os.ReadFile(path)
+			data[entryEnds(t, data)[1]-1] ^= 0xff // entry 2's compressed bytes
+			os.WriteFile(path, data, 0o640)
+			return n - 1
+		}, false},
+		{"a missing segment", func(t *testing.T, dir string, segs []segFile) uint64 {
+			os.Remove(filepath.Join(dir, segs[1].name))
+			return n - (segs[2].index - segs[1].index)
+		}, false},
+		{"a framing break", func(t *testing.T, dir string, segs []segFile) uint64 {
+			path := filepath.Join(dir, segs[1].name)
+			data, _ := os.ReadFile(path)
+			os.WriteFile(path, data[:len(data)-2], 0o640)
+			return n - (segs[2].index - segs[1].index)
+		}, false},
+		{"a torn tail", func(t *testing.T, dir string, segs []segFile) uint64 {
+			f, _ := os.OpenFile(tailPath(t, dir), os.O_APPEND|os.O_WRONLY, 0)
+			f.Write([]byte{50, 1, 2})
+			f.Close()
+			return n
+		}, false},
+		{"damage inside the last segment", func(t *testing.T, dir string, segs []segFile) uint64 {
+			path := tailPath(t, dir)
+			data, _ := os.ReadFile(path)
+			ends := entryEnds(t, data)
+			if len(ends) < 2 {
+				t.Fatalf("tail segment holds %d entries", len(ends))
+			}
+			data[ends[0]-1] ^= 0xff // its first entry; a valid one follows
+			os.WriteFile(path, data, 0o640)
+			return uint64(int(segs[len(segs)-1].index) - 1)
+		}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir, _ := buildLog(t, n, 300)
+			segs, _ := listSegments(dir)
+			if len(segs) < 4 {
+				t.Fatalf("%d segments", len(segs))
+			}
+			want := tt.damage(t, dir, segs)
+			lay, err := Inspect(dir)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("Inspect: %v", err)
+			}
+			if lay.Entries != want {
+				t.Errorf("entries %d, want %d (range %d..%d)", lay.Entries, want, lay.FirstIndex, lay.LastIndex)
+			}
+			files, _ := listSegments(dir)
+			var bytes int64
+			for _, s := range lay.Segments {
+				bytes += s.Bytes
+			}
+			if len(lay.Segments) != len(files) || bytes != lay.Bytes {
+				t.Errorf("%d segments of %d bytes listed, %d files of %d bytes", len(lay.Segments), bytes, len(files), lay.Bytes)
+			}
+		})
+	}
+}

@@ -138,8 +138,9 @@ func newWALStatCmd() *cobra.Command {
 		Short: "Report the WAL's range, segments, size, compression and torn tail",
 		Long: `Stat walks every segment file of DATA_DIR/wal read-only (no lock, no repair:
 safe on a running server's directory), checking each entry's frame (version
-and CRC-32C), and reports the first and last index, the segment files with
-their entry counts and sizes, the total bytes, the compression ratio (decoded
+and CRC-32C), and reports the first and last index, the number of entries the log could
+read (fewer than the range holds when entries are missing or damaged), every
+segment file with its whole entries and size, the total bytes, the compression ratio (decoded
 batch bytes over framed entry bytes) and the torn-tail status: whether the
 last segment ends in a partial or invalid entry that opening the log would cut
 off, and how many bytes. On a running server a torn tail can simply be an
@@ -158,16 +159,13 @@ is (damage followed by valid entries in the last segment).`,
 			}
 			lay, err := wal.Inspect(dir)
 			st := walStat{
-				FirstIndex: lay.FirstIndex, LastIndex: lay.LastIndex, Segments: lay.Segments, Bytes: lay.Bytes,
+				FirstIndex: lay.FirstIndex, LastIndex: lay.LastIndex, Entries: lay.Entries, Segments: lay.Segments, Bytes: lay.Bytes,
 				FramedBytes: lay.FramedBytes, DecodedBytes: lay.DecodedBytes,
 				TornTail: lay.TornBytes > 0, TornSegment: lay.TornSegment, TornOffset: lay.TornOffset, TornBytes: lay.TornBytes,
 				Pending: lay.Pending, Ignored: lay.Ignored,
 			}
 			if st.Segments == nil {
 				st.Segments = []wal.SegmentInfo{}
-			}
-			if lay.LastIndex >= lay.FirstIndex {
-				st.Entries = lay.LastIndex - lay.FirstIndex + 1
 			}
 			if lay.FramedBytes > 0 {
 				st.CompressionRatio = math.Round(1000*float64(lay.DecodedBytes)/float64(lay.FramedBytes)) / 1000

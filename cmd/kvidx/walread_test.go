@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -123,5 +125,66 @@ func TestWALReadNotADataDir(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// wal stat counts the entries the log could read, and lists every segment
+// file even when opening the log would refuse it.
+func TestWALStatDamagedCounts(t *testing.T) {
+	src := t.TempDir()
+	s := openStore(t, src)
+	appendAll(t, s, genHistory(5, 120), 1)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	segs := walSegments(t, src)
+	if len(segs) < 3 {
+		t.Fatalf("segments %v", segs)
+	}
+	tests := []struct {
+		name        string
+		seg         string // the segment whose first entry is damaged
+		wantEntries int
+		wantRefuse  bool
+	}{
+		{"damage in the first segment", segs[0], 119, false},
+		{"damage in the last segment, valid entries after it", segs[len(segs)-1], -1, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			copyTree(t, src, dir)
+			path := filepath.Join(dir, "wal", tt.seg)
+			b, _ := os.ReadFile(path)
+			size, n := binary.Uvarint(b)
+			end := n + int(size) // the end of the first entry
+			if n <= 0 || end >= len(b) {
+				t.Fatalf("segment %s: test needs two entries in it", tt.seg)
+			}
+			b[end-1] ^= 0xff // the first entry's last byte
+			os.WriteFile(path, b, 0o644)
+			out, _, err := runKvidx(t, "", "wal", "stat", dir, "--json")
+			if (err != nil) != tt.wantRefuse {
+				t.Fatalf("wal stat: %v", err)
+			}
+			var st walStat
+			if err := json.Unmarshal([]byte(out), &st); err != nil {
+				t.Fatal(err)
+			}
+			want := uint64(tt.wantEntries)
+			if tt.wantEntries < 0 {
+				want = st.LastIndex // the earlier segments' entries, all whole
+			}
+			if st.Entries != want {
+				t.Errorf("entries %d, want %d (range %d..%d)", st.Entries, want, st.FirstIndex, st.LastIndex)
+			}
+			var bytes int64
+			for _, s := range st.Segments {
+				bytes += s.Bytes
+			}
+			if len(st.Segments) != len(segs) || bytes != st.Bytes {
+				t.Errorf("%d segments of %d bytes listed, %d files of %d bytes", len(st.Segments), bytes, len(segs), st.Bytes)
+			}
+		})
 	}
 }
