@@ -52,6 +52,14 @@ func open(path string, mmapFlags int) (r *Reader, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("snapshot %s: %w", path, err)
 	}
+	// A wrong path, not a damaged snapshot: say so rather than judge its
+	// size (a directory was reported as a truncated file).
+	if fi.IsDir() {
+		return nil, fmt.Errorf("snapshot %s: is a directory, not a snapshot file", path)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("snapshot %s: is not a regular file (%s), not a snapshot file", path, fi.Mode().Type())
+	}
 	if sz := fi.Size(); sz < 4*minPageSize || sz%minPageSize != 0 || sz > math.MaxInt {
 		return nil, corrupt(path, "file size %d is not a whole number of at least 4 pages of %d bytes (truncated?)", sz, minPageSize)
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/golang/snappy"
@@ -141,3 +142,39 @@ func TestInspectVerifyFindsDefects(t *testing.T) {
 }
 
 func asExit(err error, target **exitError) bool { return errors.As(err, target) }
+
+// A directory or a FIFO given as a snapshot file is named as such by every
+// command that opens one (snapshot.Open judged it by its size and called a
+// directory a truncated snapshot).
+func TestInspectNotASnapshotFile(t *testing.T) {
+	base := t.TempDir()
+	fifo := filepath.Join(base, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, path, want string
+	}{
+		{"directory", base, "is a directory, not a snapshot file"},
+		{"fifo", fifo, "is not a regular file"},
+	}
+	for _, tt := range tests {
+		for _, args := range [][]string{
+			{"inspect", "verify", tt.path},
+			{"inspect", "entries", tt.path},
+			{"inspect", "match", tt.path, "--local-hashes", "1"},
+			{"inspect", "diff", tt.path, fixSnapA},
+		} {
+			t.Run(tt.name+"/"+args[1], func(t *testing.T) {
+				out, _, err := runKvidx(t, "", args...)
+				msg := out
+				if err != nil {
+					msg += err.Error()
+				}
+				if err == nil || !strings.Contains(msg, tt.path+": "+tt.want) || strings.Contains(msg, "truncated") {
+					t.Fatalf("%v: %v\n%s", args, err, out)
+				}
+			})
+		}
+	}
+}
