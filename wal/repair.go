@@ -240,6 +240,17 @@ func RepairTruncateAfter(dir string, index uint64, backupDir string) (err error)
 	if len(segs) == 0 {
 		return fmt.Errorf("wal %s: no segments", dir)
 	}
+	// An index past the last whole entry is a mistake, not damage (the
+	// walk below would call the missing entry incomplete, and index+1
+	// overflows for the largest index).
+	tail := segs[len(segs)-1]
+	tailData, err := os.ReadFile(filepath.Join(dir, tail.name))
+	if err != nil {
+		return fmt.Errorf("wal %s: segment %s: %w", dir, tail.name, err)
+	}
+	if last := tail.index + countEntries(tailData) - 1; index > last {
+		return fmt.Errorf("wal %s: index %d is past the last entry %d: nothing to cut", dir, index, last)
+	}
 	// Find the segment holding entry index+1, the first one to drop.
 	cut := index + 1
 	si := -1

@@ -400,3 +400,34 @@ func TestRepairMissingDir(t *testing.T) {
 		t.Fatalf("the failed repairs left %v behind", ents)
 	}
 }
+
+// A cut after an index past the last entry is refused as such, changing
+// nothing (it said the entry after the last was incomplete, "wal corrupt",
+// and the largest index overflowed).
+func TestRepairPastTheEnd(t *testing.T) {
+	const n = 30
+	for _, index := range []uint64{n + 1, n + 100, ^uint64(0)} {
+		t.Run(fmt.Sprint(index), func(t *testing.T) {
+			dir, _ := buildLog(t, n, 300)
+			before := dirFiles(t, dir)
+			backup := filepath.Join(t.TempDir(), "bak")
+			err := RepairTruncateAfter(dir, index, backup)
+			want := fmt.Sprintf("index %d is past the last entry %d", index, n)
+			if err == nil || !strings.Contains(err.Error(), want) || errors.Is(err, ErrCorrupt) {
+				t.Fatalf("cut after %d: %v, want %q", index, err, want)
+			}
+			if !reflect.DeepEqual(dirFiles(t, dir), before) {
+				t.Error("the refused cut changed the log")
+			}
+			if _, err := os.Stat(backup); err == nil {
+				t.Error("the refused cut made a backup")
+			}
+		})
+	}
+	// The last entry itself is a valid cut (nothing after it to remove).
+	dir, want := buildLog(t, n, 300)
+	if err := RepairTruncateAfter(dir, n, t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	checkPrefix(t, dir, want, n).Close()
+}

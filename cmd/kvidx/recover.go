@@ -46,6 +46,9 @@ one (offline compaction), then closes and prints the recovery report.`,
   kvidx recover --data-dir ./kvidx-data          # server stopped: recover, snapshot, compact`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if keep < 1 {
+				return fmt.Errorf("recover: --keep %d: keep at least 1 snapshot (2, the default, leaves a fallback if the newest is damaged)", keep)
+			}
 			ctx := cmd.Context()
 			if ctx == nil {
 				ctx = context.Background()
@@ -123,7 +126,7 @@ one (offline compaction), then closes and prints the recovery report.`,
 	f.StringVar(&dataDir, "data-dir", "", "the data `DIR`ectory")
 	f.BoolVar(&dryRun, "dry-run", false, "report what a restart would do; change nothing")
 	f.BoolVar(&asJSON, "json", false, "with --dry-run: print JSON")
-	f.IntVar(&keep, "keep", 2, "snapshots to keep (the WAL is truncated only once this many exist)")
+	f.IntVar(&keep, "keep", 2, "snapshots to keep, at least 1 (the WAL is truncated only once this many exist)")
 	_ = cmd.MarkFlagRequired("data-dir")
 	return cmd
 }

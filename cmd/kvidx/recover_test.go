@@ -205,3 +205,19 @@ func TestRecoverNeedsDataDir(t *testing.T) {
 		})
 	}
 }
+
+// --keep below 1 is refused (it silently became 2).
+func TestRecoverKeepAtLeastOne(t *testing.T) {
+	for _, keep := range []string{"0", "-1"} {
+		dir := t.TempDir()
+		copyTree(t, fixtureDir, dir)
+		before := hashTree(t, dir)
+		_, _, err := runKvidx(t, "", "recover", "--data-dir", dir, "--keep", keep)
+		if err == nil || !strings.Contains(err.Error(), "--keep "+keep) {
+			t.Errorf("--keep %s: %v", keep, err)
+		}
+		if after := hashTree(t, dir); len(after) != len(before) {
+			t.Errorf("--keep %s changed the directory", keep)
+		}
+	}
+}
