@@ -30,6 +30,32 @@ const (
 // does not read, or is damaged, or data exists without it.
 var ErrFormat = errors.New("unsupported data directory format")
 
+// CheckFormat applies Open's checks of dir's format without changing
+// anything: it returns the FORMAT file's version, or 0 for a directory that
+// Open would make a new data directory (no FORMAT file and no data). An
+// error wrapping ErrFormat is a directory Open refuses for its format (a
+// newer or unknown version, a damaged FORMAT file, data without one); any
+// other error is a failure to read it.
+func CheckFormat(dir string) (int, error) {
+	v, err := readFormat(dir)
+	if err != nil {
+		return 0, err
+	}
+	if err := checkFormat(dir, v); err != nil {
+		return v, err
+	}
+	if v == 0 {
+		data, err := hasData(dir)
+		if err != nil {
+			return 0, err
+		}
+		if data {
+			return 0, fmt.Errorf("data dir %s: holds a WAL or snapshots but no %s file: not a kvidx data directory of a known format: %w", dir, FormatFileName, ErrFormat)
+		}
+	}
+	return v, nil
+}
+
 // readFormat returns the version in dir's FORMAT file, or 0 (and no error)
 // when there is no FORMAT file.
 func readFormat(dir string) (int, error) {

@@ -133,11 +133,7 @@ func Open(ctx context.Context, dir string, opts Options) (_ *Store, err error) {
 		report:  Report{DataDir: dir},
 	}
 	// Refuse a newer format before touching anything.
-	v, err := readFormat(dir)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkFormat(dir, v); err != nil {
+	if _, err := CheckFormat(dir); err != nil {
 		return nil, err
 	}
 	s.lock, err = wal.LockDir(filepath.Join(dir, WALDirName))
@@ -152,20 +148,11 @@ func Open(ctx context.Context, dir string, opts Options) (_ *Store, err error) {
 			s.lock.Unlock()
 		}
 	}()
-	if v, err = readFormat(dir); err != nil {
-		return nil, err
-	}
-	if err := checkFormat(dir, v); err != nil {
+	v, err := CheckFormat(dir)
+	if err != nil {
 		return nil, err
 	}
 	if v == 0 {
-		data, err := hasData(dir)
-		if err != nil {
-			return nil, err
-		}
-		if data {
-			return nil, fmt.Errorf("data dir %s: holds a WAL or snapshots but no %s file: not a kvidx data directory of a known format: %w", dir, FormatFileName, ErrFormat)
-		}
 		if err := initDir(dir); err != nil {
 			return nil, err
 		}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"github.com/kvidx/kvidx/engine"
@@ -68,80 +67,13 @@ type skipped struct {
 
 // checkFormatFile applies recovery.Open's checks of DATA_DIR/FORMAT, read
 // only, and returns the version it holds (0: no FORMAT file) and, when a
-// restart would refuse the directory, why. The rules mirror the unexported
-// readFormat, checkFormat and hasData of package recovery exactly (that
-// package exports none of them): the file must be the line "kvidx-data N"
-// ending in a newline, N a version this kvidx reads; without the file the
-// directory is a new one only if it holds no data (no WAL segment with
-// entries or past index 1, no published snapshot). err is for I/O errors.
+// restart would refuse the directory, why. err is for I/O errors.
 func checkFormatFile(dir string) (version int, problem string, err error) {
-	path := filepath.Join(dir, recovery.FormatFileName)
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		data, err := dirHasData(dir)
-		if err != nil {
-			return 0, "", err
-		}
-		if data {
-			return 0, fmt.Sprintf("no %s file, but the directory holds a WAL or snapshots: not a kvidx data directory of a known format", recovery.FormatFileName), nil
-		}
-		return 0, "", nil
+	v, err := recovery.CheckFormat(dir)
+	if errors.Is(err, recovery.ErrFormat) {
+		return v, err.Error(), nil
 	}
-	if err != nil {
-		return 0, "", err
-	}
-	want := fmt.Sprintf("kvidx-data %d\n", recovery.FormatVersion)
-	line, ok := strings.CutSuffix(string(b), "\n")
-	f := strings.Fields(line)
-	if !ok || len(f) != 2 || f[0] != "kvidx-data" {
-		shown := string(b)
-		if len(shown) > 64 {
-			shown = shown[:64] + "..."
-		}
-		return 0, fmt.Sprintf("%s is %q, want %q", recovery.FormatFileName, shown, want), nil
-	}
-	v, err := strconv.Atoi(f[1])
-	if err != nil || v < 1 {
-		return 0, fmt.Sprintf("%s holds version %q, want %q", recovery.FormatFileName, f[1], want), nil
-	}
-	if v > recovery.FormatVersion {
-		return v, fmt.Sprintf("format version %d is newer than this kvidx reads (%d)", v, recovery.FormatVersion), nil
-	}
-	if v != recovery.FormatVersion {
-		return v, fmt.Sprintf("format version %d, this kvidx reads %d", v, recovery.FormatVersion), nil
-	}
-	return v, "", nil
-}
-
-// dirHasData mirrors recovery's hasData: whether dir holds kvidx data, a
-// WAL segment file (any name tidwall/wal could use, .START/.END included)
-// with entries or past index 1, or a published snapshot.
-func dirHasData(dir string) (bool, error) {
-	ents, err := os.ReadDir(filepath.Join(dir, recovery.WALDirName))
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return false, err
-	}
-	for _, e := range ents {
-		name := e.Name()
-		if len(name) < 20 {
-			continue
-		}
-		n, err := strconv.ParseUint(name[:20], 10, 64)
-		if err != nil || n == 0 {
-			continue
-		}
-		if n != 1 {
-			return true, nil
-		}
-		if fi, err := e.Info(); err != nil || fi.Size() > 0 {
-			return true, nil
-		}
-	}
-	snaps, err := snapshot.List(filepath.Join(dir, recovery.SnapshotDirName))
-	if err != nil {
-		return false, err
-	}
-	return len(snaps) > 0, nil
+	return v, "", err
 }
 
 // isDataDir reports whether path is a directory (a data directory, as
