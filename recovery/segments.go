@@ -12,7 +12,7 @@ import (
 // walGap is a run of entries missing between two WAL segment files (or
 // unreadable in one).
 type walGap struct {
-	From, To uint64 // missing entries From..To (To may be unknown: From-1 if the framing broke)
+	From, To uint64 // missing or unreadable entries From..To
 	Desc     string
 }
 
@@ -82,9 +82,11 @@ func findGaps(dir string) ([]walGap, error) {
 		end := s.index + n // first index after the segment's entries
 		switch {
 		case !ok:
-			gaps = append(gaps, walGap{From: end, To: next.index - 1, Desc: fmt.Sprintf(
-				"segment %s: framing breaks at byte %d of %d after %d entries: entries %d..%d unreadable",
-				s.name, off, len(b), n, end, next.index-1)})
+			// tidwall/wal reads a segment before the last whole, and a
+			// break anywhere in it fails every one of its entries.
+			gaps = append(gaps, walGap{From: s.index, To: next.index - 1, Desc: fmt.Sprintf(
+				"segment %s: framing breaks at byte %d of %d after %d entries: its entries %d..%d are unreadable",
+				s.name, off, len(b), n, s.index, next.index-1)})
 		case end < next.index:
 			gaps = append(gaps, walGap{From: end, To: next.index - 1, Desc: fmt.Sprintf(
 				"gap: segment %s holds entries %d..%d but the next segment %s starts at %d: entries %d..%d are missing",
