@@ -47,4 +47,10 @@
 // running. It dials with its own exponential backoff and redials when the
 // connection drops (a publisher restart), and reports Connected, LastSeq,
 // HighestSeq and Lag for readiness and metrics.
+//
+// A peer that declares a ZMTP message (the sum of its frames, commands
+// included) over 64 MiB, far above any vLLM batch, has its connection
+// closed at that frame's header, before zmq4 would allocate the declared
+// size: the failure counts as a dial failure (during the handshake) or a
+// lost connection (after it), and the source redials with its backoff.
 package ingest

@@ -302,7 +302,9 @@ func (s *ZMQSource) socketOptions() []zmq4.Option {
 // guardedTransport: the new connection gets the deadline of the attempt,
 // which [dialGuard.connected] lifts once zmq4's Dial is done, and is closed
 // when the socket's context ends (cancellation or Close), which is the only
-// thing that interrupts the handshake's reads.
+// thing that interrupts the handshake's reads. The same hook caps the size
+// of the messages a peer may declare (zmtpCapConn, maxZMTPMessage), which
+// zmq4 does not bound either.
 
 // guardedScheme prefixes the schemes of the transports registered below.
 const guardedScheme = "kvidx-guarded+"
@@ -364,7 +366,8 @@ func (g *dialGuard) connected() {
 }
 
 // guardedTransport is a zmq4 transport that bounds and cancels the ZMTP
-// handshake of the connections it dials (see guardedScheme).
+// handshake of the connections it dials (see guardedScheme), and caps the
+// size of the messages their peers may declare (see maxZMTPMessage).
 type guardedTransport struct{ inner transport.Transport }
 
 func (t guardedTransport) Dial(ctx context.Context, d transport.Dialer, addr string) (net.Conn, error) {
@@ -372,6 +375,7 @@ func (t guardedTransport) Dial(ctx context.Context, d transport.Dialer, addr str
 	if err != nil {
 		return nil, err
 	}
+	conn = &zmtpCapConn{Conn: conn, rd: zmtpTracker{limit: maxZMTPMessage}}
 	if g, ok := ctx.Value(dialGuardKey{}).(*dialGuard); ok {
 		if err := conn.SetDeadline(g.deadline); err != nil {
 			conn.Close()
@@ -384,6 +388,156 @@ func (t guardedTransport) Dial(ctx context.Context, d transport.Dialer, addr str
 	// ctx is the socket's: it ends on cancellation and on Close.
 	context.AfterFunc(ctx, func() { conn.Close() })
 	return conn, nil
+}
+
+// maxZMTPMessage caps the bytes a peer may declare for one ZMTP message
+// (the sum of its frames' sizes, so also any one frame or command). zmq4
+// (v0.17.0) allocates each frame's body at the size its header declares,
+// up to 2^63-1 bytes, in a reader goroutine of its own, and has no option
+// to bound it: a publisher (or anything listening on a configured endpoint)
+// that declared 2^62 bytes crashed the process (makeslice: len out of
+// range, a panic kvidx cannot recover), and one that declared a few GiB
+// exhausted its memory. A vLLM KV-event message is a topic, an 8-byte
+// sequence and one msgpack batch of the events of one publishing interval,
+// typically a few hundred bytes to a few MiB (a 128k-token prefill of
+// 16-token blocks is 8k blocks, about 1 MiB of token ids and hashes);
+// 64 MiB leaves a wide margin above that and bounds what a peer can make
+// zmq4 allocate for one message.
+const maxZMTPMessage = 64 << 20
+
+// errZMTPTooLarge is the error of a zmtpCapConn whose peer declared a
+// message larger than its cap.
+var errZMTPTooLarge = errors.New("zmtp message too large")
+
+// zmtpCapConn is a dialed connection whose Read follows the incoming ZMTP
+// 3.x stream and fails, closing the connection, at the header of a frame
+// that would make a message larger than maxZMTPMessage, before that header
+// reaches zmq4, which then sees a broken connection (a failed dial during
+// the handshake, a lost connection after it) and the source redials. It
+// observes only the bytes its Read returns, so it never reads ahead of what
+// zmq4 asked for. zmq4 reads a connection from one goroutine at a time (the
+// handshake's, then its reader's), so the tracker needs no lock.
+type zmtpCapConn struct {
+	net.Conn
+	rd  zmtpTracker
+	err error // sticky: set once the cap was hit
+}
+
+func (c *zmtpCapConn) Read(p []byte) (int, error) {
+	if c.err != nil {
+		return 0, c.err
+	}
+	n, err := c.Conn.Read(p)
+	if k, terr := c.rd.feed(p[:n]); terr != nil {
+		c.err = terr
+		c.Conn.Close()
+		// Only the bytes before the offending frame's header are passed on.
+		return k, terr
+	}
+	return n, err
+}
+
+// zmtpTracker is a state machine over the incoming bytes of a ZMTP 3.x
+// connection (NULL mechanism, as kvidx uses; the framing is the same for
+// the others): the 64-byte greeting, then frames, each a flags byte (0x01
+// MORE, 0x02 LONG, 0x04 COMMAND), a size (1 byte, or 8 bytes big-endian
+// with LONG) and that many body bytes. The bytes may come split anywhere.
+type zmtpTracker struct {
+	limit uint64 // the most bytes one message (its frames together) may declare
+
+	greeting int    // greeting bytes seen, up to zmtpGreetingLen
+	state    uint8  // what the next byte is (zmtpFlags, zmtpSize or zmtpBody)
+	flags    byte   // the current frame's flags
+	sizeLen  int    // size bytes the current header has (1 or 8)
+	sizeGot  int    // size bytes seen so far
+	size     uint64 // the size, as far as read
+	body     uint64 // body bytes still to come
+	msg      uint64 // bytes declared by the earlier frames of the current message
+	err      error
+}
+
+// zmtpGreetingLen is the length of a ZMTP 3.x greeting.
+const zmtpGreetingLen = 64
+
+const (
+	zmtpFlags = iota
+	zmtpSize
+	zmtpBody
+)
+
+// feed advances the tracker over p, the next bytes of the stream. When a
+// frame header declares a size that makes its message exceed the limit,
+// feed returns an error and the number of bytes of p before that header
+// (0 when the header began in an earlier call); after that it keeps
+// returning the error.
+func (t *zmtpTracker) feed(p []byte) (int, error) {
+	if t.err != nil {
+		return 0, t.err
+	}
+	i := 0
+	if t.greeting < zmtpGreetingLen {
+		n := min(zmtpGreetingLen-t.greeting, len(p))
+		t.greeting += n
+		i = n
+	}
+	hdr := 0 // where the current frame's header began in p
+	for i < len(p) {
+		switch t.state {
+		case zmtpFlags:
+			hdr = i
+			t.flags = p[i]
+			t.sizeLen, t.sizeGot, t.size = 1, 0, 0
+			if t.flags&0x02 != 0 { // LONG
+				t.sizeLen = 8
+			}
+			t.state = zmtpSize
+			i++
+		case zmtpSize:
+			t.size = t.size<<8 | uint64(p[i])
+			t.sizeGot++
+			i++
+			if t.sizeGot < t.sizeLen {
+				continue
+			}
+			if t.size > t.limit-t.msg {
+				t.err = fmt.Errorf("%w: the peer declared a %s frame of %d bytes after %d bytes of its message, over the %d-byte cap (closing the connection)",
+					errZMTPTooLarge, t.kind(), t.size, t.msg, t.limit)
+				return hdr, t.err
+			}
+			t.msg += t.size
+			t.body = t.size
+			t.state = zmtpBody
+			if t.body == 0 {
+				t.endFrame()
+			}
+		case zmtpBody:
+			n := uint64(len(p) - i)
+			if n >= t.body {
+				i += int(t.body)
+				t.body = 0
+				t.endFrame()
+			} else {
+				i = len(p)
+				t.body -= n
+			}
+		}
+	}
+	return len(p), nil
+}
+
+// endFrame moves past a frame's last body byte.
+func (t *zmtpTracker) endFrame() {
+	t.state = zmtpFlags
+	if t.flags&0x01 == 0 { // the message's last frame
+		t.msg = 0
+	}
+}
+
+func (t *zmtpTracker) kind() string {
+	if t.flags&0x04 != 0 {
+		return "command"
+	}
+	return "message"
 }
 
 func (t guardedTransport) Listen(ctx context.Context, addr string) (net.Listener, error) {
