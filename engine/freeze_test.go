@@ -67,6 +67,15 @@ func TestFreezeLoadRoundtrip(t *testing.T) {
 		if !slices.Equal(got.Workers(), ix.Workers()) {
 			t.Fatalf("workers %v, want %v", got.Workers(), ix.Workers())
 		}
+		// Loading keeps every parent link that chains: a worker the
+		// original scores by bisection (no holes) is scored so when loaded.
+		for _, w := range ix.Workers() {
+			id, _ := ix.worker(w.Worker)
+			gid, _ := got.worker(w.Worker)
+			if ix.linear[id] == 0 && got.linear[gid] != 0 {
+				t.Fatalf("worker %v has no holes but is scored linearly after a load", w.Worker)
+			}
+		}
 		for _, q := range queries {
 			if a, b := got.Match(q, nil), ix.Match(q, nil); !slices.Equal(a, b) {
 				t.Fatalf("query %v: loaded %v, original %v", q, a, b)
