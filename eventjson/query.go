@@ -95,7 +95,7 @@ func decodeQuery(s *scanner, defaultBlockSize int) (Query, error) {
 			bit = qCandidates
 		default:
 			if err := s.skip(0); err != nil {
-				return q, inField(clip(key), err)
+				return q, inField(keyName(key), err)
 			}
 			continue
 		}

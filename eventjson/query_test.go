@@ -73,6 +73,9 @@ func TestDecodeQueryErrors(t *testing.T) {
 		{`{"local_hashes":[1]} x`, "trailing data"},
 		{`[1]`, "expected an object, found an array"},
 		{``, "unexpected end of input"},
+		// An unknown key is quoted when it is not an identifier: a newline
+		// in it must not forge a line of the error output.
+		{`{"a\nforged":[1,}`, `"a\nforged": invalid JSON`},
 	}
 	for _, tt := range tests {
 		q, err := DecodeQuery([]byte(tt.line))

@@ -538,7 +538,11 @@ func (s *scanner) skip(depth int) error {
 func clip(b []byte) string {
 	const max = 32
 	if len(b) > max {
-		return string(b[:max]) + "..."
+		n := max
+		for n > 0 && !utf8.RuneStart(b[n]) { // do not cut a character in two
+			n--
+		}
+		return string(b[:n]) + "..."
 	}
 	return string(b)
 }

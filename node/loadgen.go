@@ -29,12 +29,26 @@ type LoadReport struct {
 	// Requests, Matches, EventPosts, Events and BlockOps count what was
 	// sent and acknowledged; Rejected counts events the server rejected;
 	// Retries counts 503 overload answers retried.
-	Requests, Matches, EventPosts, Events, BlockOps, Rejected, Retries int
-	EventsPerSec, BlockOpsPerSec, MatchesPerSec                        float64
-	MatchP50, MatchP99, EventsP50, EventsP99                           time.Duration
+	Requests   int `json:"requests"`
+	Matches    int `json:"matches"`
+	EventPosts int `json:"event_posts"`
+	Events     int `json:"events"`
+	BlockOps   int `json:"block_ops"`
+	Rejected   int `json:"rejected"`
+	Retries    int `json:"retries"`
+
+	EventsPerSec   float64 `json:"events_per_s"`
+	BlockOpsPerSec float64 `json:"block_ops_per_s"`
+	MatchesPerSec  float64 `json:"matches_per_s"`
+
+	MatchP50  time.Duration `json:"match_p50_ns"`
+	MatchP99  time.Duration `json:"match_p99_ns"`
+	EventsP50 time.Duration `json:"events_p50_ns"`
+	EventsP99 time.Duration `json:"events_p99_ns"`
 	// LagP50 and LagP99: from a request's match answer to its events'
 	// acknowledgement.
-	LagP50, LagP99 time.Duration
+	LagP50 time.Duration `json:"lag_p50_ns"`
+	LagP99 time.Duration `json:"lag_p99_ns"`
 }
 
 // String formats the report on a few lines.

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+
+	"github.com/kvidx/kvidx/engine"
 )
 
 // Config pins the simulated fleet and the trace duplication.
@@ -34,8 +36,10 @@ func (c Config) Validate() error {
 	if c.Workers < 1 {
 		errs = append(errs, fmt.Errorf("workers must be >= 1, got %d", c.Workers))
 	}
-	if c.Workers > math.MaxInt32 {
-		errs = append(errs, fmt.Errorf("workers must be <= %d, got %d", math.MaxInt32, c.Workers))
+	if c.Workers > engine.MaxWorkerKeys {
+		// Each worker is a worker key of the index, which holds at most
+		// that many; the simulator also sizes per-worker state up front.
+		errs = append(errs, fmt.Errorf("workers must be <= %d, got %d", engine.MaxWorkerKeys, c.Workers))
 	}
 	if c.Capacity < 1 {
 		errs = append(errs, fmt.Errorf("capacity must be >= 1, got %d", c.Capacity))

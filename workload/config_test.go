@@ -98,6 +98,7 @@ func TestConfigValidate(t *testing.T) {
 		{Config{Workers: 1, Capacity: 0, Duplicate: 1}, "capacity must be >= 1"},
 		{Config{Workers: 1, Capacity: 1, Duplicate: -2}, "duplicate must be >= 1"},
 		{Config{Workers: 1, Capacity: MaxCapacity + 1, Duplicate: 1}, "capacity must be <="},
+		{Config{Workers: math.MaxInt32, Capacity: 1, Duplicate: 1}, "workers must be <="},
 	}
 	for _, tc := range tests {
 		err := tc.cfg.Validate()

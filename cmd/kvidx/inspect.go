@@ -31,7 +31,7 @@ directory of a running server.`,
 	}
 	cmd.AddCommand(newInspectSummaryCmd(), newInspectEntriesCmd(), newInspectVerifyCmd(),
 		newInspectDiffCmd(), newInspectMatchCmd())
-	return cmd
+	return commandGroup(cmd)
 }
 
 // ---- summary ----

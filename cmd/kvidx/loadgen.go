@@ -53,6 +53,16 @@ or events will be rejected.`,
 			if err := cfg.Validate(); err != nil {
 				return fmt.Errorf("loadgen: %w", err)
 			}
+			// LoadOptions takes 0 for its defaults; on the command line a
+			// 0 is a mistake, not a wish for the default.
+			switch fl := cmd.Flags(); {
+			case fl.Changed("concurrency") && opts.Concurrency < 1:
+				return fmt.Errorf("loadgen: --concurrency %d: want at least 1", opts.Concurrency)
+			case fl.Changed("posters") && opts.Posters < 1:
+				return fmt.Errorf("loadgen: --posters %d: want at least 1", opts.Posters)
+			case opts.Duration <= 0:
+				return fmt.Errorf("loadgen: --duration %v: want a positive duration", opts.Duration)
+			}
 			tr, err := loadTrace(tracePath)
 			if err != nil {
 				return fmt.Errorf("loadgen: %w", err)

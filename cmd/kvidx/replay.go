@@ -51,7 +51,7 @@ answered, best first, with
   {"scores":[{"worker_id":7,"dp_rank":0,"matched_blocks":2}],"query_blocks":2}
 
 --stats prints {"entries":...,"holder_blocks":...,"worker_keys":...,"counters":{...}}
-on stderr once the events are applied.
+on stderr at the end, after the queries (the index the queries saw).
 
 Events the index rejects (a parent block the worker does not hold, an invalid
 sequence) change nothing; they are counted and summarised on stderr, and the

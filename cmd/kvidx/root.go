@@ -57,3 +57,13 @@ removed, cleared; workers gone) into an index that scores prefixes exactly.`,
 	}
 	return root, finish
 }
+
+// commandGroup makes cmd, a command that only holds subcommands, refuse an
+// unknown one ("kvidx inspect summ") with an error and a non-zero exit:
+// without a Run, cobra prints the help and exits 0, which a script takes
+// for success. Bare, it prints its help.
+func commandGroup(cmd *cobra.Command) *cobra.Command {
+	cmd.Args = cobra.NoArgs
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+	return cmd
+}

@@ -127,7 +127,28 @@ func flagsFromEnv(fs *pflag.FlagSet) error {
 	return errors.Join(errs...)
 }
 
+// check refuses flag values the server would otherwise replace by its
+// defaults without a word (the node and recovery take 0 for "default").
+func (f serveFlags) check() error {
+	switch {
+	case f.blockSize < 1:
+		return fmt.Errorf("serve: --block-size %d: want at least 1", f.blockSize)
+	case f.keepSnapshots < 1:
+		return fmt.Errorf("serve: --keep-snapshots %d: want at least 1", f.keepSnapshots)
+	case f.maxBodyBytes < 1:
+		return fmt.Errorf("serve: --max-body-bytes %d: want at least 1", f.maxBodyBytes)
+	case f.syncInterval <= 0:
+		return fmt.Errorf("serve: --sync-interval %v: want a positive duration", f.syncInterval)
+	case f.snapshotEvery < 0:
+		return fmt.Errorf("serve: --snapshot-interval %v: want 0 (never) or a positive duration", f.snapshotEvery)
+	}
+	return nil
+}
+
 func runServe(cmd *cobra.Command, f serveFlags) error {
+	if err := f.check(); err != nil {
+		return err
+	}
 	var handler slog.Handler
 	switch f.logFormat {
 	case "text":

@@ -228,3 +228,36 @@ func TestServeRejectsBadZMQFlags(t *testing.T) {
 		})
 	}
 }
+
+// Values the server would silently replace by its defaults are refused.
+func TestServeRejectsBadValues(t *testing.T) {
+	for _, tc := range []struct{ flag, value string }{
+		{"--block-size", "0"}, {"--block-size", "-5"}, {"--keep-snapshots", "0"},
+		{"--max-body-bytes", "-1"}, {"--sync-interval", "-1s"}, {"--snapshot-interval", "-1m"},
+	} {
+		t.Run(tc.flag+"="+tc.value, func(t *testing.T) {
+			args := []string{"serve", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", tc.flag + "=" + tc.value}
+			_, _, err := runKvidx(t, "", args...)
+			if err == nil || !strings.Contains(err.Error(), tc.flag) {
+				t.Fatalf("err = %v, want one naming %s", err, tc.flag)
+			}
+		})
+	}
+}
+
+// Zero or negative counts, and unknown subcommands of a command group, are
+// errors with a non-zero exit, not defaults or a help page.
+func TestCLIRefusesBadArguments(t *testing.T) {
+	for _, args := range [][]string{
+		{"loadgen", "--concurrency", "0"},
+		{"loadgen", "--posters", "0"},
+		{"loadgen", "--duration", "0"},
+		{"bench", "--workers", "2147483647"},
+		{"inspect", "summ"},
+		{"wal", "foo"},
+	} {
+		if _, _, err := runKvidx(t, "", args...); err == nil {
+			t.Errorf("kvidx %v: no error", args)
+		}
+	}
+}

@@ -20,7 +20,7 @@ files (no lock, no repair, no truncation): they are safe on the directory of a
 running server. repair changes the log and needs the server stopped.`,
 	}
 	cmd.AddCommand(newWALDumpCmd(), newWALStatCmd(), newWALRepairCmd())
-	return cmd
+	return commandGroup(cmd)
 }
 
 func newWALRepairCmd() *cobra.Command {
