@@ -2,7 +2,6 @@ package engine
 
 import (
 	"fmt"
-	"sync/atomic"
 )
 
 // Apply applies one event. A rejected event (the error wraps
@@ -185,7 +184,7 @@ func (ix *Index) dropHolding(id uint32, w *worker, ref uint32, inRemoved bool) {
 			return
 		}
 		w.orphans += kids
-		atomic.StoreUint32(&ix.linear[id], 1)
+		ix.setLinear(id, true)
 	}
 	if parent != 0 && !ix.shards[refShard(parent)].addKids(refLocal(parent), id, -1) {
 		// The parent hold is gone: this child was an orphan of this event.
@@ -220,14 +219,14 @@ func (ix *Index) remove(ev *Event) {
 	case w.orphans > 0:
 		ix.untrack(id, w)
 	case !w.untracked:
-		atomic.StoreUint32(&ix.linear[id], 0)
+		ix.setLinear(id, false)
 	}
 }
 
 // clear removes every block of worker id and forgets it.
 func (ix *Index) clear(id uint32, w *worker) {
 	// Blocks leave one at a time; meanwhile a query must not assume no holes.
-	atomic.StoreUint32(&ix.linear[id], 1)
+	ix.setLinear(id, true)
 	w.rev.each(func(_ uint64, ref uint32) {
 		// A place held under two block hashes reports !ok the second time.
 		ix.shards[refShard(ref)].removeHolder(refLocal(ref), id)

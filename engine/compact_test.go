@@ -110,7 +110,7 @@ func TestManyKidsOfOnePlace(t *testing.T) {
 	if got := scoreOf(ix, w0, 1, kids[500].Blocks[0].TokensHash); got != 2 {
 		t.Fatalf("score %d, want 2", got)
 	}
-	if ix.linear[0] != 0 {
+	if ix.isLinear(0) {
 		t.Fatal("a worker without holes was flagged for linear scoring")
 	}
 	// Removing the parent orphans the rest: the worker now has holes.

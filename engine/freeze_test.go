@@ -72,7 +72,7 @@ func TestFreezeLoadRoundtrip(t *testing.T) {
 		for _, w := range ix.Workers() {
 			id, _ := ix.worker(w.Worker)
 			gid, _ := got.worker(w.Worker)
-			if ix.linear[id] == 0 && got.linear[gid] != 0 {
+			if !ix.isLinear(id) && got.isLinear(gid) {
 				t.Fatalf("worker %v has no holes but is scored linearly after a load", w.Worker)
 			}
 		}
@@ -117,7 +117,7 @@ func TestLoaderDropsUnsoundParent(t *testing.T) {
 	if err := ix.Verify(); err != nil {
 		t.Fatal(err)
 	}
-	if ix.linear[0] == 0 {
+	if !ix.isLinear(0) {
 		t.Fatal("a worker holding a place whose parent link does not chain must be scored linearly")
 	}
 }
@@ -172,7 +172,7 @@ func TestLoaderParentWindow(t *testing.T) {
 		linear bool
 	}{{w0, false}, {w1, true}, {w2, true}, {w3, true}} { // w2: no parent at position 1
 		id, _ := ix.worker(tc.w)
-		if got := ix.linear[id] != 0; got != tc.linear {
+		if got := ix.isLinear(id); got != tc.linear {
 			t.Errorf("worker %v: scored linearly %v, want %v", tc.w, got, tc.linear)
 		}
 	}
@@ -248,9 +248,9 @@ func TestFreezeLoadChains(t *testing.T) {
 		t.Fatal(err)
 	}
 	for id := range ix.linear {
-		if ix.linear[id] == 0 && ix.workers[id] != nil {
+		if !ix.isLinear(uint32(id)) && ix.workers[id] != nil {
 			gid, _ := got.worker(ix.workers[id].key)
-			if got.linear[gid] != 0 {
+			if got.isLinear(gid) {
 				t.Fatalf("worker %v lost its hole-free status in the reload", ix.workers[id].key)
 			}
 		}

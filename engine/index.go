@@ -19,8 +19,11 @@ type Index struct {
 	wmu     sync.RWMutex
 	workers []*worker   // by dense id; nil for a free id
 	keys    []WorkerKey // by dense id
-	// linear, by dense id, is 1 when queries must check that worker position by
-	// position (it may have holes). Read atomically by queries.
+	// linear, by dense id, is odd when queries must check that worker
+	// position by position (it may have holes), even when it has no holes.
+	// Every change moves it to the next value (see setLinear), so that a
+	// query can tell whether it changed while the query ran. Written by the
+	// writer, read atomically by queries.
 	linear  []uint32
 	order   []uint32 // dense ids sorted by key
 	byKey   map[WorkerKey]uint32

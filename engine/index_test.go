@@ -335,7 +335,7 @@ func TestMatchAcrossEpochWrap(t *testing.T) {
 	q := []uint64{1, 2, 3, 4, 5}
 	want := ref.Match(q, nil)
 	for start := ^uint32(0) - 40; start != 2; start++ {
-		m := &matchScratch{score: make([]int32, 3), mark: make([]uint32, 3), tmp: make([]uint32, 3), cand: make([]uint32, 3), epoch: start}
+		m := &matchScratch{score: make([]int32, 3), mark: make([]uint32, 3), tmp: make([]uint32, 3), cand: make([]uint32, 3), gen: make([]uint32, 3), epoch: start}
 		ix.scratch.Put(m)
 		if got := ix.Match(q, nil); !slices.Equal(got, want) {
 			t.Fatalf("epoch %#x before the query: %v, want %v", start, got, want)

@@ -15,6 +15,7 @@ type matchScratch struct {
 	mark  []uint32 // by dense id: epoch stamp of the clean (hole-free) scorers
 	tmp   []uint32 // by dense id: epoch stamps of short-lived sets
 	cand  []uint32 // by dense id: candidate stamp
+	gen   []uint32 // by dense id: the worker's linear word when the query read it
 	count []int32  // by score: for ordering large results
 	epoch uint32
 }
@@ -26,14 +27,15 @@ func (m *matchScratch) reset(workers, queryBlocks int) {
 		m.mark = make([]uint32, workers)
 		m.tmp = make([]uint32, workers)
 		m.cand = make([]uint32, workers)
+		m.gen = make([]uint32, workers)
 		m.epoch = 0
 	}
-	// A query takes at most 3 epochs a block and 3 more (the bisection's
-	// splits, the linear scan's positions, the candidates, the clean set,
+	// A query takes at most 4 epochs a block and 3 more (the bisection's
+	// splits, the linear scans' positions, the candidates, the clean set,
 	// the ordering). The stamps restart before a query that could wrap
 	// them: after a wrap inside a query, stamps made earlier in it would
 	// read as current or be cleared while in use.
-	if uint64(m.epoch)+3*uint64(queryBlocks)+8 > math.MaxUint32 {
+	if uint64(m.epoch)+4*uint64(queryBlocks)+8 > math.MaxUint32 {
 		m.restart()
 	}
 	m.arena = m.arena[:0]
@@ -88,7 +90,8 @@ func (ix *Index) Match(localHashes []uint64, candidates []WorkerKey) []Score {
 	n := len(localHashes)
 
 	// Every scoring worker holds position 0; split them into workers without
-	// holes (bisection is exact for them) and the rest (checked linearly).
+	// holes (bisection is exact for them) and the rest (checked linearly),
+	// reading each worker's linear word once.
 	all := ix.holdersAt(m, 0)
 	var s0, lin []uint32
 	start := len(m.arena)
@@ -97,14 +100,15 @@ func (ix *Index) Match(localHashes []uint64, candidates []WorkerKey) []Score {
 			continue
 		}
 		m.score[id] = 1
-		if atomic.LoadUint32(&ix.linear[id]) == 0 {
+		m.gen[id] = atomic.LoadUint32(&ix.linear[id])
+		if m.gen[id]&1 == 0 {
 			m.arena = append(m.arena, id)
 		}
 	}
 	s0 = m.arena[start:]
 	start = len(m.arena)
 	for _, id := range all {
-		if (candEpoch == 0 || m.cand[id] == candEpoch) && atomic.LoadUint32(&ix.linear[id]) != 0 {
+		if (candEpoch == 0 || m.cand[id] == candEpoch) && m.gen[id]&1 != 0 {
 			m.arena = append(m.arena, id)
 		}
 	}
@@ -123,6 +127,22 @@ func (ix *Index) Match(localHashes []uint64, candidates []WorkerKey) []Score {
 			m.score[id] = int32(n)
 		}
 		ix.bisect(m, clean, 0, s0, n-1, last)
+		// A worker that may have got a hole while the bisection ran (a
+		// block stored without its parent: the writer marks the worker
+		// before it stores the block) can have been given positions it
+		// never held. Its linear word has changed since it was read: it is
+		// scored again, position by position. The word is read after every
+		// probe, so a probe that saw such a block sees the change here.
+		start := len(m.arena)
+		for _, id := range s0 {
+			if atomic.LoadUint32(&ix.linear[id]) != m.gen[id] {
+				m.score[id] = 1
+				m.arena = append(m.arena, id)
+			}
+		}
+		if again := m.arena[start:]; len(again) > 0 {
+			ix.scanLinear(m, again)
+		}
 	}
 	if len(lin) > 0 {
 		ix.scanLinear(m, lin)

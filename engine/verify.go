@@ -94,7 +94,7 @@ func (ix *Index) Verify() error {
 		if w.untracked {
 			continue
 		}
-		if ix.linear[id] != 0 {
+		if ix.isLinear(uint32(id)) {
 			bad("worker %v: tracked but flagged linear", w.key)
 		}
 		kids := map[uint32]uint32{}

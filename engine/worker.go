@@ -49,7 +49,7 @@ func (ix *Index) addWorker(key WorkerKey) (uint32, *worker) {
 		id = ix.freeIDs[n-1]
 		ix.freeIDs = ix.freeIDs[:n-1]
 		ix.workers[id], ix.keys[id] = w, key
-		atomic.StoreUint32(&ix.linear[id], 0)
+		ix.setLinear(id, false)
 	} else {
 		id = uint32(len(ix.workers))
 		ix.workers = append(ix.workers, w)
@@ -80,5 +80,18 @@ func (ix *Index) removeWorker(id uint32) {
 func (ix *Index) untrack(id uint32, w *worker) {
 	w.untracked = true
 	w.orphans = 0
-	atomic.StoreUint32(&ix.linear[id], 1)
+	ix.setLinear(id, true)
 }
+
+// setLinear marks worker id as possibly having holes (on) or as having none.
+// A change moves its word to the next value, never back to an earlier one:
+// a query compares the word before and after it scores a worker by
+// bisection.
+func (ix *Index) setLinear(id uint32, on bool) {
+	if v := ix.linear[id]; (v&1 != 0) != on {
+		atomic.StoreUint32(&ix.linear[id], v+1)
+	}
+}
+
+// isLinear reports whether queries check worker id position by position.
+func (ix *Index) isLinear(id uint32) bool { return atomic.LoadUint32(&ix.linear[id])&1 != 0 }
