@@ -403,6 +403,23 @@ func mixBits(x uint64) int { return int(x * 0x9e3779b97f4a7c15 >> (64 - distinct
 // straight into the batch, rather than record by record into the
 // decoder's own buffers, spares a copy of every place on the way to the
 // engine's loader. On error, out holds the places decoded before it.
+// maxSnappyExpansion bounds how many bytes snappy can decode from one: a
+// 3-byte copy op yields at most 64 (measured: 64 MiB of zeros compresses to
+// 3,147,780 bytes, 21.3 to 1).
+const maxSnappyExpansion = 22
+
+// checkDecodedLen checks a chunk's declared uncompressed length, n, before
+// anything is allocated for it, against what its compressed bytes can
+// decode to. A chunk holds whole places, so it has no fixed limit: one place
+// held under millions of block hashes makes one chunk of tens of MB (a
+// fixed 64 MiB limit made Load refuse a file Write had published).
+func checkDecodedLen(n, compressed int) error {
+	if n < 0 || n/maxSnappyExpansion > compressed {
+		return fmt.Errorf("chunk of %d bytes uncompressed from %d: more than snappy can decode", n, compressed)
+	}
+	return nil
+}
+
 func (d *decoder) chunk(k, v []byte, from, to uint32, out *engine.PlaceBatch) error {
 	firstPos, _, err := parseChunkKey(k)
 	if err != nil {
@@ -419,8 +436,8 @@ func (d *decoder) chunk(k, v []byte, from, to uint32, out *engine.PlaceBatch) er
 	if err != nil {
 		return fmt.Errorf("chunk decompression: %w", err)
 	}
-	if n > 64<<20 {
-		return fmt.Errorf("chunk of %d bytes uncompressed", n)
+	if err := checkDecodedLen(n, len(h.body)); err != nil {
+		return err
 	}
 	if cap(d.raw) < n {
 		d.raw = make([]byte, n)

@@ -59,3 +59,26 @@ func TestEntryCounter(t *testing.T) {
 		t.Fatalf("counted %d entries, want %d", got, want)
 	}
 }
+
+// TestCheckDecodedLen: a chunk may decode to more than any fixed size (one
+// place held under millions of block hashes), but to no more than snappy
+// can produce from its bytes.
+func TestCheckDecodedLen(t *testing.T) {
+	zeros := snappy.Encode(nil, make([]byte, 64<<20))
+	for _, tc := range []struct {
+		n, compressed int
+		ok            bool
+	}{
+		{64 << 20, len(zeros), true},          // the most snappy expands
+		{67_200_024, 3_200_000, true},         // a 67 MB chunk Write produced
+		{67_200_024, 62 << 10, false},         // a damaged length on a small chunk
+		{1 << 40, 62 << 10, false},            // far beyond
+		{-1, 10, false},                       // an overflowed length
+		{0, 0, true},                          // empty
+		{maxSnappyExpansion * 100, 100, true}, // the bound itself
+	} {
+		if err := checkDecodedLen(tc.n, tc.compressed); (err == nil) != tc.ok {
+			t.Errorf("checkDecodedLen(%d, %d) = %v, want ok %v", tc.n, tc.compressed, err, tc.ok)
+		}
+	}
+}
