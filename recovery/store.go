@@ -277,6 +277,14 @@ func (s *Store) Snapshot(ctx context.Context) (path string, index uint64, err er
 	}
 	s.mu.Unlock()
 
+	// Under SyncInterval and SyncNone the entries up to index may be
+	// written but not yet on disk: a snapshot published before them would,
+	// after an OS crash, be newer than the WAL's end, and recovery would
+	// refuse to start.
+	if err := s.log.Sync(); err != nil {
+		f.Release(s.ix)
+		return "", 0, fmt.Errorf("data dir %s: snapshot: %w", s.dir, err)
+	}
 	s.phase("write", index)
 	start := time.Now()
 	path, err = snapshot.Write(ctx, s.snapDir, f, snapshot.Meta{Index: index, Sources: sources})

@@ -220,8 +220,12 @@ const (
 type request struct {
 	events    []engine.Event
 	positions []Position
-	state     atomic.Int32
-	done      chan result
+	// size estimates the encoded batch, computed by the producer: once its
+	// Append has returned (cancelled), the events are the caller's again
+	// and the committer must not read them.
+	size  int
+	state atomic.Int32
+	done  chan result
 }
 
 // commitItem is one written entry awaiting its sync (SyncAlways).
@@ -389,7 +393,7 @@ func (l *Log) AppendResults(ctx context.Context, events []engine.Event, position
 	if err := l.fenced(); err != nil {
 		return 0, nil, err
 	}
-	r := &request{events: events, positions: positions, done: make(chan result, 1)}
+	r := &request{events: events, positions: positions, size: estimate(events), done: make(chan result, 1)}
 	l.closeMu.Lock()
 	if l.closed {
 		l.closeMu.Unlock()
@@ -481,13 +485,13 @@ func (l *Log) commitLoop() {
 func (l *Log) gather(batch []*request) []*request {
 	size := 0
 	for _, r := range batch {
-		size += estimate(r)
+		size += r.size
 	}
 	for size < l.opts.MaxEntryBytes {
 		select {
 		case r := <-l.queue:
 			batch = append(batch, r)
-			size += estimate(r)
+			size += r.size
 		default:
 			return batch
 		}
@@ -495,10 +499,10 @@ func (l *Log) gather(batch []*request) []*request {
 	return batch
 }
 
-func estimate(r *request) int {
+func estimate(events []engine.Event) int {
 	n := 0
-	for i := range r.events {
-		n += 24 + 16*len(r.events[i].Blocks) + 8*len(r.events[i].BlockHashes)
+	for i := range events {
+		n += 24 + 16*len(events[i].Blocks) + 8*len(events[i].BlockHashes)
 	}
 	return n
 }
@@ -748,13 +752,38 @@ func (l *Log) TruncateFront(index uint64) error {
 	if err != nil {
 		return fmt.Errorf("wal %s: truncate front to %d: %w", l.dir, index, err)
 	}
+	// tidwall/wal may have replaced the tail segment file: until Log's
+	// descriptor follows, an fsync would cover the old file, so a failure
+	// here fences the log.
 	if err := syncDir(l.dir); err != nil {
-		return err
+		return l.setFence(fmt.Errorf("truncate front: %w", err))
 	}
-	// tidwall/wal may have replaced the tail segment file.
 	l.fdMu.Lock()
 	defer l.fdMu.Unlock()
-	return l.reopenTail()
+	if err := l.reopenTail(); err != nil {
+		return l.setFence(fmt.Errorf("truncate front: %w", err))
+	}
+	return nil
+}
+
+// Sync fsyncs the tail segment, so that every entry written so far is on
+// disk whatever the sync policy: a snapshot must not cover entries that an
+// OS crash could take from the WAL (recovery would then find the WAL ending
+// before its newest snapshot). A failure fences the log.
+func (l *Log) Sync() error {
+	if err := l.fenced(); err != nil {
+		return err
+	}
+	l.fdMu.Lock()
+	defer l.fdMu.Unlock()
+	if l.tailFile == nil {
+		return fmt.Errorf("wal %s: %w", l.dir, ErrClosed)
+	}
+	if err := l.store.Sync(); err != nil {
+		return l.setFence(fmt.Errorf("sync: %w", err))
+	}
+	l.syncs.Add(1)
+	return nil
 }
 
 // Entries iterates over the entries from index from (0 = the first) to the
@@ -834,7 +863,9 @@ func (l *Log) Stats() Stats {
 
 // Close commits what is pending, syncs (unless SyncNone or fenced), closes
 // tidwall/wal and releases the directory lock it took. Later Appends fail
-// with ErrClosed. Close is idempotent.
+// with ErrClosed. Close is idempotent. A log fenced by a failed write or
+// fsync (Close's own final fsync included) returns the fencing error, which
+// wraps ErrFenced.
 func (l *Log) Close() error {
 	l.closeMu.Lock()
 	if l.closed {
@@ -846,7 +877,17 @@ func (l *Log) Close() error {
 	close(l.quit)
 	<-l.stopped
 	var errs []error
+	// A fenced log failed a write or an fsync, the final one included: under
+	// SyncInterval, entries already acknowledged may not be on disk, and the
+	// caller (a server shutting down) must say so rather than report a clean
+	// stop.
+	if err := l.fenced(); err != nil {
+		errs = append(errs, err)
+	}
+	l.fdMu.Lock()
 	l.tailFile.Close()
+	l.tailFile = nil
+	l.fdMu.Unlock()
 	if err := l.tw.Close(); err != nil && l.fenced() == nil {
 		errs = append(errs, fmt.Errorf("wal %s: close: %w", l.dir, err))
 	}

@@ -445,3 +445,29 @@ func TestSegmentRollover(t *testing.T) {
 		t.Fatalf("after truncate: %d entries", len(es))
 	}
 }
+
+// A batch whose Append returned (its context ended before the committer
+// took it) belongs to its caller again: the committer must not read its
+// events when it drains the queue (-race caught it sizing them).
+func TestCancelledBatchNotReadAfterReturn(t *testing.T) {
+	l, entered, release := blockedLog(t, 8)
+	defer l.Close()
+	go l.Append(context.Background(), []engine.Event{storedEvent(1, 1)}, nil)
+	<-entered
+	evs := []engine.Event{storedEvent(2, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { _, err := l.Append(ctx, evs, nil); errc <- err }()
+	for len(l.queue) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	close(release)
+	evs[0].Blocks = nil // the caller reuses its buffer
+	if _, err := l.Append(context.Background(), []engine.Event{storedEvent(3, 1)}, nil); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,105 @@
+package recovery
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kvidx/kvidx/wal"
+)
+
+// syncWatch is a WAL store that records, at each good fsync, the tail
+// segment's name and size (what an OS crash would keep), and fails its
+// fsyncs once fail is set.
+type syncWatch struct {
+	wal.Store
+	dir  string
+	fail atomic.Bool
+	seg  atomic.Value // string
+	size atomic.Int64
+}
+
+func (s *syncWatch) Sync() error {
+	if s.fail.Load() {
+		return syscall.EIO
+	}
+	if err := s.Store.Sync(); err != nil {
+		return err
+	}
+	ents, _ := os.ReadDir(s.dir)
+	var names []string
+	for _, e := range ents {
+		if e.Name() != wal.LockFileName {
+			names = append(names, e.Name())
+		}
+	}
+	sort.Strings(names)
+	last := names[len(names)-1]
+	fi, err := os.Stat(filepath.Join(s.dir, last))
+	if err != nil {
+		return err
+	}
+	s.seg.Store(last)
+	s.size.Store(fi.Size())
+	return nil
+}
+
+func watchedOptions(dir string, w **syncWatch) Options {
+	opts := testOptions()
+	opts.Sync, opts.SyncInterval = wal.SyncInterval, time.Hour // no interval fsync in the test
+	opts.WrapStore = func(s wal.Store) wal.Store {
+		*w = &syncWatch{Store: s, dir: filepath.Join(dir, WALDirName)}
+		return *w
+	}
+	return opts
+}
+
+// Under --sync interval, a failed final fsync at Close means acknowledged
+// entries may be lost: Close must say so (it returned nil, and serve
+// reported a clean stop).
+func TestCloseReportsFailedFinalSync(t *testing.T) {
+	dir := t.TempDir()
+	var w *syncWatch
+	s := mustOpen(t, dir, watchedOptions(dir, &w))
+	mustAppend(t, s, genBatch(1, 1)) // the first entry is fsynced at once
+	mustAppend(t, s, genBatch(1, 2)) // acknowledged after write(2) only
+	w.fail.Store(true)
+	if err := s.Close(); !errors.Is(err, wal.ErrFenced) || !errors.Is(err, syscall.EIO) {
+		t.Fatalf("Close() = %v after its final fsync failed", err)
+	}
+}
+
+// A snapshot must not cover entries the WAL could still lose: under --sync
+// interval, an OS crash right after a snapshot kept the snapshot (fsynced)
+// but not the entries it covered, and recovery refused to start (the WAL
+// ended before its newest snapshot).
+func TestSnapshotSyncsWALFirst(t *testing.T) {
+	dir := t.TempDir()
+	var w *syncWatch
+	s := mustOpen(t, dir, watchedOptions(dir, &w))
+	mustAppend(t, s, genBatch(1, 1))
+	mustAppend(t, s, genBatch(1, 2)) // acknowledged after write(2) only
+	if _, idx, err := s.Snapshot(context.Background()); err != nil || idx != 2 {
+		t.Fatalf("snapshot: %d, %v", idx, err)
+	}
+	// An OS crash now: the WAL keeps what was fsynced.
+	crash := t.TempDir()
+	copyDir(t, dir, crash)
+	durable, seg := w.size.Load(), w.seg.Load().(string)
+	s.Close()
+	os.Remove(filepath.Join(crash, WALDirName, wal.LockFileName))
+	if err := os.Truncate(filepath.Join(crash, WALDirName, seg), durable); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := Open(context.Background(), crash, testOptions())
+	if err != nil {
+		t.Fatalf("restart after an OS crash just after a snapshot: %v", err)
+	}
+	s2.Close()
+}
