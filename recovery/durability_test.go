@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvidx/kvidx/snapshot"
 	"github.com/kvidx/kvidx/wal"
 )
 
@@ -102,4 +103,55 @@ func TestSnapshotSyncsWALFirst(t *testing.T) {
 		t.Fatalf("restart after an OS crash just after a snapshot: %v", err)
 	}
 	s2.Close()
+}
+
+// A snapshot recovery could not read (here: another process holds its
+// lock, so bbolt times out), unlike a damaged one, stays where it is. It
+// must not count among the snapshots kept: the next snapshot deleted the
+// one recovery had used and truncated the WAL past it.
+func TestUnreadableSnapshotNotKept(t *testing.T) {
+	dir := t.TempDir()
+	s := mustOpen(t, dir, testOptions())
+	for b := uint64(1); b <= 20; b++ {
+		mustAppend(t, s, genBatch(5, b))
+		if b%10 == 0 {
+			if _, _, err := s.Snapshot(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	s.Close()
+	snapDir := filepath.Join(dir, SnapshotDirName)
+	locked, err := os.Open(filepath.Join(snapDir, snapshot.FileName(20)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locked.Close()
+	if err := syscall.Flock(int(locked.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	s = mustOpen(t, dir, testOptions())
+	if r := s.Report(); r.SnapshotUsed.Index != 10 || len(r.SnapshotsSkipped) != 1 {
+		t.Fatalf("report: %+v", r)
+	}
+	for b := uint64(21); b <= 30; b++ {
+		mustAppend(t, s, genBatch(5, b))
+	}
+	if _, _, err := s.Snapshot(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	// The new snapshot is damaged too: recovery needs snapshot 10 and the
+	// WAL after it.
+	if err := os.Truncate(filepath.Join(snapDir, snapshot.FileName(30)), 100); err != nil {
+		t.Fatal(err)
+	}
+	s, err = Open(context.Background(), dir, testOptions())
+	if err != nil {
+		t.Fatalf("after a second bad snapshot: %v", err)
+	}
+	defer s.Close()
+	if r := s.Report(); r.SnapshotUsed.Index != 10 || r.ReplayedEntries != 20 {
+		t.Fatalf("report: %+v", r)
+	}
 }

@@ -143,8 +143,14 @@ func (s *Store) moveAside(damaged []snapshot.File) error {
 	return nil
 }
 
+// skip records that recovery did without snapshot f; unless it is then
+// moved aside, the Store does not count it among the snapshots it keeps.
 func (s *Store) skip(f snapshot.File, reason string) {
 	s.report.SnapshotsSkipped = append(s.report.SnapshotsSkipped, SkippedSnapshot{Path: f.Path, Index: f.Index, Reason: reason})
+	if s.unusable == nil {
+		s.unusable = map[uint64]bool{}
+	}
+	s.unusable[f.Index] = true
 }
 
 func gapsAfter(gaps []walGap, index uint64) string {

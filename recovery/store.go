@@ -97,9 +97,14 @@ type Store struct {
 	positions []wal.Position
 
 	// snapMu serialises Snapshot calls (and Close with them).
-	snapMu    sync.Mutex
-	lastSnap  SnapshotRef
-	haveSnap  bool
+	snapMu   sync.Mutex
+	lastSnap SnapshotRef
+	haveSnap bool
+	// unusable holds the WAL indexes of the snapshots recovery skipped and
+	// left in place (it could not read them, or the WAL does not reach back
+	// to them): pruning must not count them among the snapshots it keeps,
+	// nor truncate the WAL up to them. Guarded by snapMu.
+	unusable  map[uint64]bool
 	closed    atomic.Bool
 	closeErr  error
 	closeOnce sync.Once
@@ -296,7 +301,8 @@ func (s *Store) Snapshot(ctx context.Context) (path string, index uint64, err er
 	s.lastSnap, s.haveSnap = SnapshotRef{Path: path, Index: index}, true
 	s.phase("published", index)
 	s.logger.Info("snapshot written", "path", path, "index", index, "duration", time.Since(start), "apply_pause", pause)
-	removed, err := snapshot.Prune(s.snapDir, s.opts.KeepSnapshots)
+	delete(s.unusable, index) // the file under its name is the one just written
+	removed, err := snapshot.Prune(s.snapDir, s.opts.KeepSnapshots, s.usable)
 	for _, p := range removed {
 		s.logger.Info("snapshot pruned", "path", p)
 	}
@@ -310,6 +316,9 @@ func (s *Store) Snapshot(ctx context.Context) (path string, index uint64, err er
 	s.phase("truncated", index)
 	return path, index, nil
 }
+
+// usable reports whether f may count among the snapshots kept.
+func (s *Store) usable(f snapshot.File) bool { return !s.unusable[f.Index] }
 
 func (s *Store) phase(p string, index uint64) {
 	if s.hook != nil {
@@ -325,6 +334,7 @@ func (s *Store) truncateWAL() error {
 	if err != nil {
 		return fmt.Errorf("data dir %s: %w", s.dir, err)
 	}
+	snaps = slices.DeleteFunc(snaps, func(f snapshot.File) bool { return !s.usable(f) })
 	k := s.opts.KeepSnapshots
 	if len(snaps) < k {
 		return nil

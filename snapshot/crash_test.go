@@ -54,7 +54,7 @@ func crashHelper(dir string) {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(2)
 		}
-		if _, err := Prune(dir, 3); err != nil {
+		if _, err := Prune(dir, 3, nil); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(2)
 		}

@@ -79,10 +79,12 @@ func List(dir string) ([]File, error) {
 	return out, nil
 }
 
-// Prune deletes all but the newest keep snapshots of dir (DefaultKeep when
-// keep < 1) and returns the deleted paths. Call it only after the newest
-// snapshot is published.
-func Prune(dir string, keep int) ([]string, error) {
+// Prune deletes the snapshots of dir older than the newest keep (DefaultKeep
+// when keep < 1) that usable accepts (every one, when usable is nil), and
+// returns the deleted paths. Snapshots usable rejects do not count towards
+// keep: those newer than the oldest one kept stay, the others go. Call it
+// only after the newest snapshot is published.
+func Prune(dir string, keep int, usable func(File) bool) ([]string, error) {
 	if keep < 1 {
 		keep = DefaultKeep
 	}
@@ -91,7 +93,14 @@ func Prune(dir string, keep int) ([]string, error) {
 		return nil, err
 	}
 	var removed []string
-	for _, f := range files[min(keep, len(files)):] {
+	kept := 0
+	for _, f := range files { // newest first
+		if kept < keep {
+			if usable == nil || usable(f) {
+				kept++
+			}
+			continue
+		}
 		if err := os.Remove(f.Path); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return removed, fmt.Errorf("snapshot %s: prune: %w", f.Path, err)
 		}

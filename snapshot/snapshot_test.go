@@ -313,11 +313,17 @@ func TestDir(t *testing.T) {
 	if err != nil || len(removed) != 2 {
 		t.Fatalf("clean temp: %v %v", removed, err)
 	}
-	removed, err = Prune(dir, 3)
+	// 20 unusable: it neither counts nor goes, being newer than the
+	// oldest kept (7); nothing older than 7 remains to delete but 5.
+	removed, err = Prune(dir, 2, func(f File) bool { return f.Index != 20 })
 	if err != nil || len(removed) != 1 || filepath.Base(removed[0]) != FileName(5) {
+		t.Fatalf("prune 2, 20 unusable: %v %v", removed, err)
+	}
+	removed, err = Prune(dir, 3, nil)
+	if err != nil || len(removed) != 0 {
 		t.Fatalf("prune 3: %v %v", removed, err)
 	}
-	if _, err := Prune(dir, 0); err != nil { // default: keep 2
+	if _, err := Prune(dir, 0, nil); err != nil { // default: keep 2
 		t.Fatal(err)
 	}
 	files, _ = List(dir)
