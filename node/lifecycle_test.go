@@ -252,3 +252,24 @@ func workloadFinal(t *testing.T, tr *workload.Trace, cfg workload.Config) engine
 	}
 	return ix.Stats()
 }
+
+// A snapshot cut short by shutdown (its context ended) is not a failure.
+func TestSnapshotAbandonedAtShutdownNotFailure(t *testing.T) {
+	srv := New(Config{Logger: quietLogger()})
+	st := newFakeStore()
+	srv.SetStore(st)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	st.snapErr.Store(errBox{fmt.Errorf("snapshot write: %w", ctx.Err())})
+	if _, _, err := srv.snaps.take(ctx, "periodic"); err == nil {
+		t.Fatal("want the abandoned snapshot's error")
+	}
+	if n := testutil.ToFloat64(srv.metrics.snapFailures); n != 0 {
+		t.Fatalf("%v snapshot failures counted for one abandoned at shutdown", n)
+	}
+	st.snapErr.Store(errBox{errors.New("disk full")})
+	srv.snaps.take(context.Background(), "periodic")
+	if n := testutil.ToFloat64(srv.metrics.snapFailures); n != 1 {
+		t.Fatalf("%v snapshot failures counted, want 1", n)
+	}
+}

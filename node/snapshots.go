@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -91,6 +92,11 @@ func (sn *snapshotter) take(ctx context.Context, why string) (path string, index
 	path, index, err = st.Snapshot(ctx)
 	d := time.Since(start)
 	if err != nil {
+		// One cut short by its context (a shutdown) did not fail.
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			sn.s.log.Info("snapshot abandoned", "trigger", why, "duration", d, "err", err)
+			return "", 0, fmt.Errorf("snapshot (%s): %w", why, err)
+		}
 		sn.s.metrics.SnapshotFailed()
 		sn.s.log.Error("snapshot failed", "trigger", why, "duration", d, "err", err)
 		return "", 0, fmt.Errorf("snapshot (%s): %w", why, err)

@@ -155,3 +155,26 @@ func TestUnreadableSnapshotNotKept(t *testing.T) {
 		t.Fatalf("report: %+v", r)
 	}
 }
+
+// After a restart with nothing replayed, Snapshot returns the snapshot
+// recovery loaded instead of writing the same one again.
+func TestSnapshotAfterLoadWritesNothingNew(t *testing.T) {
+	dir := t.TempDir()
+	s := mustOpen(t, dir, testOptions())
+	mustAppend(t, s, genBatch(5, 1))
+	p1, i1, err := s.Snapshot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi1, _ := os.Stat(p1)
+	s.Close()
+	s = mustOpen(t, dir, testOptions())
+	defer s.Close()
+	p2, i2, err := s.Snapshot(context.Background())
+	if err != nil || p2 != p1 || i2 != i1 {
+		t.Fatalf("snapshot after load: %s %d %v, want %s %d", p2, i2, err, p1, i1)
+	}
+	if fi2, _ := os.Stat(p2); !os.SameFile(fi1, fi2) {
+		t.Fatal("the loaded snapshot was written again")
+	}
+}

@@ -90,6 +90,8 @@ func (s *Store) recover(ctx context.Context) error {
 	from := uint64(1)
 	if ix != nil {
 		r.SnapshotUsed = SnapshotRef{Path: used.Path, Index: used.Index}
+		// Snapshot writes nothing until an entry follows the one loaded.
+		s.lastSnap, s.haveSnap = r.SnapshotUsed, true
 		s.applied = used.Index
 		for _, src := range meta.Sources {
 			s.positions = mergePosition(s.positions, wal.Position{Source: src.Name, Seq: src.Seq})
