@@ -16,6 +16,7 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 	"github.com/go-zeromq/zmq4/transport"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/kvidx/kvidx/engine"
 	"github.com/kvidx/kvidx/wal"
@@ -66,6 +67,12 @@ type ZMQOptions struct {
 	// QueueSize is how many received messages may wait while a batch is
 	// appended or a replay runs; default 1024.
 	QueueSize int
+	// QueueBytes bounds the bytes of those messages; default 256 MiB. A
+	// peer may send messages of up to 64 MiB (maxZMTPMessage): by count
+	// alone, a stalled store and a busy peer could pin tens of GiB. When the
+	// queue is full the source stops reading, and the publisher's own
+	// high-water mark decides what to drop (a gap the source then sees).
+	QueueBytes int64
 }
 
 // SourceStats is a snapshot of a source's state and counters.
@@ -157,6 +164,9 @@ func NewZMQSource(spec ZMQSpec, store Store, opts ZMQOptions) *ZMQSource {
 	if opts.QueueSize <= 0 {
 		opts.QueueSize = 1024
 	}
+	if opts.QueueBytes <= 0 {
+		opts.QueueBytes = 256 << 20
+	}
 	name := SourceName(spec.Endpoint)
 	lg := opts.Logger.With("source", name, "worker_id", spec.WorkerID)
 	return &ZMQSource{
@@ -222,11 +232,12 @@ func (s *ZMQSource) Run(ctx context.Context) error {
 		cancel()
 		wg.Wait()
 	}()
-	msgs := make(chan [][]byte, s.opts.QueueSize)
+	msgs := make(chan queued, s.opts.QueueSize)
+	budget := semaphore.NewWeighted(s.opts.QueueBytes)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		s.subLoop(ctx, msgs)
+		s.subLoop(ctx, msgs, budget)
 	}()
 
 	if s.spec.Replay != "" {
@@ -238,8 +249,10 @@ func (s *ZMQSource) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case frames := <-msgs:
-			if err := s.handle(ctx, frames); err != nil {
+		case m := <-msgs:
+			err := s.handle(ctx, m.frames)
+			budget.Release(m.bytes)
+			if err != nil {
 				return nil // ctx done
 			}
 		}
@@ -548,7 +561,7 @@ func (t guardedTransport) Addr(ep string) (string, error) { return t.inner.Addr(
 
 // subLoop keeps a SUB socket connected to the endpoint, reconnecting with
 // backoff, and passes every received message on to out.
-func (s *ZMQSource) subLoop(ctx context.Context, out chan<- [][]byte) {
+func (s *ZMQSource) subLoop(ctx context.Context, out chan<- queued, budget *semaphore.Weighted) {
 	backoff := s.opts.MinBackoff
 	for ctx.Err() == nil {
 		gctx, guard := guardedContext(ctx, s.opts.DialTimeout)
@@ -581,8 +594,12 @@ func (s *ZMQSource) subLoop(ctx context.Context, out chan<- [][]byte) {
 			if err != nil {
 				break
 			}
+			m := queued{frames: msg.Frames, bytes: s.queuedBytes(msg.Frames)}
+			if err = budget.Acquire(ctx, m.bytes); err != nil {
+				break
+			}
 			select {
-			case out <- msg.Frames:
+			case out <- m:
 			case <-ctx.Done():
 			}
 		}
@@ -595,6 +612,24 @@ func (s *ZMQSource) subLoop(ctx context.Context, out chan<- [][]byte) {
 		s.fail(ReasonDisconnect, err)
 		sleepCtx(ctx, backoff)
 	}
+}
+
+// queued is a received message waiting, with what it takes of the byte
+// budget.
+type queued struct {
+	frames [][]byte
+	bytes  int64
+}
+
+// queuedBytes is what a message takes of the byte budget: its size, at most
+// the whole budget (a message larger than the budget waits for an empty
+// queue instead of for ever).
+func (s *ZMQSource) queuedBytes(frames [][]byte) int64 {
+	var n int64
+	for _, f := range frames {
+		n += int64(len(f))
+	}
+	return min(n, s.opts.QueueBytes)
 }
 
 // handle applies one live message. It returns an error only when ctx ends.
