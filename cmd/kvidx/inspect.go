@@ -18,6 +18,7 @@ import (
 
 	"github.com/kvidx/kvidx/engine"
 	"github.com/kvidx/kvidx/eventjson"
+	"github.com/kvidx/kvidx/recovery"
 	"github.com/kvidx/kvidx/snapshot"
 )
 
@@ -256,6 +257,10 @@ func summarizeDataDir(ctx context.Context, cmd *cobra.Command, dir string) (*sum
 	}
 	if p.Refusal != "" {
 		return nil, fmt.Errorf("data dir %s: a restart would refuse to start: %s", dir, p.Refusal)
+	}
+	if p.Format == 0 && p.WAL.Segments == 0 && p.SnapshotUsed == nil && len(p.Skipped) == 0 {
+		// An empty summary of a mistyped path would read as an empty index.
+		fmt.Fprintf(cmd.ErrOrStderr(), "kvidx inspect: %s holds no kvidx data (no %s file, WAL or snapshot): a server would start a new index there\n", dir, recovery.FormatFileName)
 	}
 	prog := newBar(cmd.ErrOrStderr(), int64(p.ReplayEntries), "replaying WAL", false)
 	events, _, err := replayPlan(p, ix, prog)

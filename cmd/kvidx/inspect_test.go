@@ -398,3 +398,12 @@ func joinUints(vs []uint64) string {
 func appendResult(scores []engine.Score, n int) []byte {
 	return eventjson.AppendResult(nil, scores, n)
 }
+
+// A directory with no kvidx data (a mistyped path) is summarised as an
+// empty index, with a note that says so.
+func TestInspectSummaryNoData(t *testing.T) {
+	_, stderr, err := runKvidx(t, "", "inspect", "summary", t.TempDir())
+	if err != nil || !strings.Contains(stderr, "holds no kvidx data") {
+		t.Fatalf("err %v, stderr %q", err, stderr)
+	}
+}
