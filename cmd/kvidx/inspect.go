@@ -466,6 +466,9 @@ local hash. --json prints NDJSON:
 			if ctx == nil {
 				ctx = context.Background()
 			}
+			if from > to {
+				return fmt.Errorf("inspect entries: --from %d is after --to %d", from, to)
+			}
 			r, err := snapshot.Open(args[0])
 			if err != nil {
 				return fmt.Errorf("inspect entries: %w", err)

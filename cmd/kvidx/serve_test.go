@@ -255,6 +255,8 @@ func TestCLIRefusesBadArguments(t *testing.T) {
 		{"bench", "--workers", "2147483647"},
 		{"inspect", "summ"},
 		{"wal", "foo"},
+		{"inspect", "entries", "x.bolt", "--from", "5", "--to", "1"},
+		{"wal", "dump", ".", "--from", "7", "--to", "5"},
 	} {
 		if _, _, err := runKvidx(t, "", args...); err == nil {
 			t.Errorf("kvidx %v: no error", args)

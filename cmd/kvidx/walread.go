@@ -37,6 +37,9 @@ file and byte offset.`,
   kvidx wal dump ./kvidx-data | kvidx replay --events - --queries queries.ndjson`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if to != 0 && from > to {
+				return fmt.Errorf("wal dump: --from %d is after --to %d", from, to)
+			}
 			dir, err := walDirOf(args[0])
 			if err != nil {
 				return fmt.Errorf("wal dump: %w", err)
