@@ -51,10 +51,11 @@ func (s *Server) fastServer() *fasthttp.Server {
 		},
 		ErrorHandler: s.fastError,
 		// An "Expect: 100-continue" body over the limit is refused before
-		// the client sends it, as net/http refused it from Content-Length;
-		// fasthttp lets this answer carry a status only, no JSON body.
+		// the client sends it, as net/http refused it from Content-Length,
+		// with the JSON error every other answer carries.
 		ExpectHandler: func(ctx *fasthttp.RequestCtx) int {
-			if int64(ctx.Request.Header.ContentLength()) > s.cfg.MaxBodyBytes {
+			if n := int64(ctx.Request.Header.ContentLength()); n > s.cfg.MaxBodyBytes {
+				s.sendFast(ctx, routeOf(ctx), tooLarge(n, s.cfg.MaxBodyBytes))
 				return http.StatusRequestEntityTooLarge
 			}
 			return http.StatusContinue

@@ -3,6 +3,7 @@ package node
 import (
 	"bufio"
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -63,12 +64,14 @@ func TestExpectContinueOverLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-	line, err := bufio.NewReader(conn).ReadString('\n')
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(line, " 413 ") {
-		t.Fatalf("status line %q, want 413 without 100 Continue", line)
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(body), `"error":"request body of 5000 bytes exceeds the limit of 1024 bytes"`) {
+		t.Fatalf("status %d, body %q: want 413 (without 100 Continue) and a JSON error", resp.StatusCode, body)
 	}
 }
 
@@ -87,5 +90,19 @@ func TestDrainingRefusesNewWork(t *testing.T) {
 	}
 	if a, _ := e.store.counts(); a != 0 {
 		t.Fatalf("%d appends while draining", a)
+	}
+}
+
+// Paths not in canonical form are not the API's: a JSON 404, not the
+// mux's redirect with an HTML body.
+func TestUncleanPathIsNotFound(t *testing.T) {
+	for _, serve := range []func(testing.TB, *Server) string{serveFront, serveNetHTTP} {
+		e := newEnvWith(t, DefaultConfig(), serve)
+		for _, p := range []string{"//v1/match", "/v1/../v1/stats", "//nothing", "/v1/stats/"} {
+			r := e.do(t, "GET", p, "")
+			if r.code != http.StatusNotFound || !strings.Contains(string(r.body), `"error":"no such path`) {
+				t.Errorf("GET %s: %d %s", p, r.code, r.body)
+			}
+		}
 	}
 }
