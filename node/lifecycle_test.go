@@ -1,11 +1,14 @@
 package node
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"sync"
 	"testing"
@@ -271,5 +274,74 @@ func TestSnapshotAbandonedAtShutdownNotFailure(t *testing.T) {
 	srv.snaps.take(context.Background(), "periodic")
 	if n := testutil.ToFloat64(srv.metrics.snapFailures); n != 1 {
 		t.Fatalf("%v snapshot failures counted, want 1", n)
+	}
+}
+
+// failingListener accepts connections until fail is closed, then fails.
+type failingListener struct {
+	net.Listener
+	fail chan struct{}
+}
+
+func (l *failingListener) Accept() (net.Conn, error) {
+	type accepted struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan accepted, 1)
+	go func() { c, err := l.Listener.Accept(); ch <- accepted{c, err} }()
+	select {
+	case a := <-ch:
+		return a.c, a.err
+	case <-l.fail:
+		return nil, errors.New("listener broke")
+	}
+}
+
+// When the listener fails, Run drains the connections it had accepted: a
+// kept-alive one is not served after Run returns (the caller then closes
+// the store).
+func TestRunListenerFails(t *testing.T) {
+	srv := New(Config{Logger: quietLogger(), ShutdownTimeout: time.Second})
+	st := newFakeStore()
+	srv.SetStore(st)
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inner.Close()
+	ln := &failingListener{Listener: inner, fail: make(chan struct{})}
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(context.Background(), ln) }()
+	conn, err := net.Dial("tcp", inner.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	br := bufio.NewReader(conn)
+	get := func() (*http.Response, error) {
+		if _, err := conn.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+			return nil, err
+		}
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		return http.ReadResponse(br, nil)
+	}
+	resp, err := get()
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("first request: %v %v", resp, err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	close(ln.fail)
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("Run returned nil after its listener failed")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after its listener failed")
+	}
+	if resp, err := get(); err == nil && resp.StatusCode == 200 {
+		t.Fatal("a kept-alive connection was served after Run returned")
 	}
 }

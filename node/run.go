@@ -33,6 +33,15 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 			err = errors.New("the listener was closed")
 		}
 		errs = append(errs, fmt.Errorf("serving on %s: %w", ln.Addr(), err))
+		// Connections accepted before the listener failed would go on
+		// being served after Run returns, against a store the caller is
+		// about to close: drain them as a shutdown does.
+		shCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
+		if err := fs.ShutdownWithContext(shCtx); err != nil {
+			errs = append(errs, fmt.Errorf("draining requests on %s: %w", ln.Addr(), err))
+		}
+		cancel()
+		s.draining.Store(true)
 	case <-ctx.Done():
 		s.log.Info("shutting down: draining in-flight requests", "timeout", s.cfg.ShutdownTimeout)
 		shCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
