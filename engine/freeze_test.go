@@ -99,12 +99,10 @@ func TestFreezeLoadRoundtrip(t *testing.T) {
 	})
 }
 
-func TestLoaderDropsUnsoundParent(t *testing.T) {
+// loadRecords loads recs into a new index and verifies it.
+func loadRecords(t *testing.T, recs []PlaceRecord) *Index {
+	t.Helper()
 	l := NewLoader()
-	recs := []PlaceRecord{
-		{ID: 1, Position: 0, TokensHash: 1, Seq: 1, Holders: []HolderRecord{{Worker: w0, BlockHashes: []uint64{1}}}},
-		{ID: 2, Parent: 1, Position: 1, TokensHash: 2, Seq: 12345, Holders: []HolderRecord{{Worker: w0, BlockHashes: []uint64{2}}}},
-	}
 	for i := range recs {
 		if err := l.Add(&recs[i]); err != nil {
 			t.Fatal(err)
@@ -117,6 +115,15 @@ func TestLoaderDropsUnsoundParent(t *testing.T) {
 	if err := ix.Verify(); err != nil {
 		t.Fatal(err)
 	}
+	return ix
+}
+
+func TestLoaderDropsUnsoundParent(t *testing.T) {
+	recs := []PlaceRecord{
+		{ID: 1, Position: 0, TokensHash: 1, Seq: 1, Holders: []HolderRecord{{Worker: w0, BlockHashes: []uint64{1}}}},
+		{ID: 2, Parent: 1, Position: 1, TokensHash: 2, Seq: 12345, Holders: []HolderRecord{{Worker: w0, BlockHashes: []uint64{2}}}},
+	}
+	ix := loadRecords(t, recs)
 	if !ix.isLinear(0) {
 		t.Fatal("a worker holding a place whose parent link does not chain must be scored linearly")
 	}
@@ -154,19 +161,7 @@ func TestLoaderParentWindow(t *testing.T) {
 		PlaceRecord{ID: id() + 1, Parent: 1, Position: 2, TokensHash: 7, Seq: NextSeq(s1, 7), Holders: hold(w1, 7)},
 		PlaceRecord{ID: id() + 2, Parent: p2, Position: 4, TokensHash: 8, Seq: NextSeq(s2, 8), Holders: hold(w3, 8)},
 	)
-	l := NewLoader()
-	for i := range recs {
-		if err := l.Add(&recs[i]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ix, err := l.Finish(Counters{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ix.Verify(); err != nil {
-		t.Fatal(err)
-	}
+	ix := loadRecords(t, recs)
 	for _, tc := range []struct {
 		w      WorkerKey
 		linear bool

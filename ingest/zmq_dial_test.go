@@ -3,6 +3,7 @@ package ingest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -98,32 +99,26 @@ func waitChan(t *testing.T, what string, c <-chan struct{}, d time.Duration) {
 	}
 }
 
-// A publisher that accepts the TCP connection but never greets must not
-// keep Run from returning on cancellation (with a dial timeout far away).
-func TestZMQRunReturnsWhenPublisherNeverGreets(t *testing.T) {
-	peer := newSilentPeer(t)
-	opts := testOptions()
-	opts.DialTimeout = time.Minute
-	src := NewZMQSource(ZMQSpec{Endpoint: peer.endpoint(), WorkerID: 1}, &fakeStore{}, opts)
-	stop := runUntilCancelled(t, src)
-	waitChan(t, "the source's connection", peer.accepted, 5*time.Second)
-	time.Sleep(100 * time.Millisecond)
-	stop()
-	waitChan(t, "the abandoned connection closed", peer.closed, 3*time.Second)
-}
-
-// The same with a silent replay endpoint: the first replay, which Run
-// runs before anything else, must not hold it.
-func TestZMQRunReturnsWhenReplayNeverGreets(t *testing.T) {
-	peer := newSilentPeer(t)
-	opts := testOptions()
-	opts.DialTimeout = time.Minute
-	src := NewZMQSource(ZMQSpec{Endpoint: newSilentPeer(t).endpoint(), WorkerID: 1, Replay: peer.endpoint()}, &fakeStore{}, opts)
-	stop := runUntilCancelled(t, src)
-	waitChan(t, "the replay connection", peer.accepted, 5*time.Second)
-	time.Sleep(100 * time.Millisecond)
-	stop()
-	waitChan(t, "the abandoned replay connection closed", peer.closed, 3*time.Second)
+// A publisher, or a replay endpoint, that accepts the TCP connection but
+// never greets must not keep Run from returning on cancellation (with a
+// dial timeout far away). The first replay runs before anything else.
+func TestZMQRunReturnsWhenPeerNeverGreets(t *testing.T) {
+	for _, replay := range []bool{false, true} {
+		t.Run(fmt.Sprint("replay=", replay), func(t *testing.T) {
+			peer := newSilentPeer(t)
+			spec := ZMQSpec{Endpoint: peer.endpoint(), WorkerID: 1}
+			if replay {
+				spec.Endpoint, spec.Replay = newSilentPeer(t).endpoint(), peer.endpoint()
+			}
+			opts := testOptions()
+			opts.DialTimeout = time.Minute
+			stop := runUntilCancelled(t, NewZMQSource(spec, &fakeStore{}, opts))
+			waitChan(t, "the connection", peer.accepted, 5*time.Second)
+			time.Sleep(100 * time.Millisecond)
+			stop()
+			waitChan(t, "the abandoned connection closed", peer.closed, 3*time.Second)
+		})
+	}
 }
 
 // A handshake that does not finish within DialTimeout is a failed attempt:

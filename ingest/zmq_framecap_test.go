@@ -2,7 +2,6 @@ package ingest
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -266,19 +265,10 @@ func TestZMQHugeFrameInHandshake(t *testing.T) {
 		c.Write(binary.BigEndian.AppendUint64([]byte{0x06}, 1<<62))
 		time.Sleep(5 * time.Second)
 	}()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
 	src := NewZMQSource(ZMQSpec{Endpoint: "tcp://" + ln.Addr().String(), WorkerID: 1}, &fakeStore{}, testOptions())
-	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx) }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Run: %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Run still running 4s after cancel")
-	}
+	stop := runUntilCancelled(t, src)
+	time.Sleep(time.Second)
+	stop()
 	if s := src.Stats(); s.Errors[ReasonConnect] == 0 {
 		t.Fatalf("stats %+v: want the failed dial counted", s)
 	}

@@ -9,25 +9,6 @@ import (
 	"testing"
 )
 
-// snapshotFiles returns every file's contents in dir, to prove read-only
-// functions changed nothing.
-func snapshotFiles(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]string{}
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[e.Name()] = string(b)
-	}
-	return out
-}
-
 func scanAll(t *testing.T, dir string, from, to uint64) ([]Entry, Layout, error) {
 	t.Helper()
 	var got []Entry
@@ -40,7 +21,7 @@ func scanAll(t *testing.T, dir string, from, to uint64) ([]Entry, Layout, error)
 
 func TestScanMatchesLog(t *testing.T) {
 	dir, want := buildLog(t, 40, 1024)
-	before := snapshotFiles(t, dir)
+	before := dirFiles(t, dir)
 	got, lay, err := scanAll(t, dir, 0, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -63,7 +44,7 @@ func TestScanMatchesLog(t *testing.T) {
 	if err != nil || len(got) != 3 || got[0].Index != 10 {
 		t.Fatalf("range 10..12: %d entries, %v", len(got), err)
 	}
-	if !reflect.DeepEqual(before, snapshotFiles(t, dir)) {
+	if !reflect.DeepEqual(before, dirFiles(t, dir)) {
 		t.Fatal("Scan changed the directory")
 	}
 }
@@ -77,7 +58,7 @@ func TestScanTornTailNotCut(t *testing.T) {
 	}
 	f.Write([]byte{50, 1, 2, 3})
 	f.Close()
-	before := snapshotFiles(t, dir)
+	before := dirFiles(t, dir)
 	got, lay, err := scanAll(t, dir, 0, 0)
 	if err != nil || len(got) != 10 {
 		t.Fatalf("%d entries, %v", len(got), err)
@@ -85,7 +66,7 @@ func TestScanTornTailNotCut(t *testing.T) {
 	if lay.TornBytes != 4 || lay.LastIndex != 10 || lay.TornSegment != filepath.Base(tail) {
 		t.Fatalf("layout %+v", lay)
 	}
-	if !reflect.DeepEqual(before, snapshotFiles(t, dir)) {
+	if !reflect.DeepEqual(before, dirFiles(t, dir)) {
 		t.Fatal("Scan changed the directory")
 	}
 	// Open would cut exactly that.
@@ -132,7 +113,7 @@ func TestScanPendingTruncation(t *testing.T) {
 	// An interrupted TruncateFront: the .START copy of the second segment.
 	b, _ := os.ReadFile(filepath.Join(dir, segs[1].name))
 	os.WriteFile(filepath.Join(dir, segs[1].name+".START"), b, 0o640)
-	before := snapshotFiles(t, dir)
+	before := dirFiles(t, dir)
 	lay, err := Inspect(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -140,7 +121,7 @@ func TestScanPendingTruncation(t *testing.T) {
 	if lay.Pending != segs[1].name+".START" || lay.FirstIndex != segs[1].index || len(lay.Ignored) != 2 {
 		t.Fatalf("layout %+v", lay)
 	}
-	if !reflect.DeepEqual(before, snapshotFiles(t, dir)) {
+	if !reflect.DeepEqual(before, dirFiles(t, dir)) {
 		t.Fatal("Inspect changed the directory")
 	}
 }

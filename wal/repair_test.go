@@ -295,7 +295,8 @@ func TestRepairTruncateAfter(t *testing.T) {
 	}
 }
 
-// dirFiles returns the contents of every regular file in dir.
+// dirFiles returns the contents of every regular file in dir, to prove
+// that what should change nothing changed nothing.
 func dirFiles(t *testing.T, dir string) map[string]string {
 	t.Helper()
 	ents, err := os.ReadDir(dir)

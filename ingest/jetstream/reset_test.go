@@ -8,9 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	js "github.com/nats-io/nats.go/jetstream"
-
 	"github.com/kvidx/kvidx/engine"
 	"github.com/kvidx/kvidx/wal"
 )
@@ -56,12 +53,7 @@ func (m *posStore) count() int {
 // creating it if needed.
 func publishCleared(t *testing.T, url string, n int) {
 	t.Helper()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	jsc, _ := js.New(nc)
+	jsc := jetStream(t, url)
 	if _, err := EnsureStream(context.Background(), jsc, testStream, testPrefix+".>"); err != nil {
 		t.Fatal(err)
 	}
@@ -74,12 +66,7 @@ func publishCleared(t *testing.T, url string, n int) {
 
 func deleteStream(t *testing.T, url string) {
 	t.Helper()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	jsc, _ := js.New(nc)
+	jsc := jetStream(t, url)
 	if err := jsc.DeleteStream(context.Background(), testStream); err != nil {
 		t.Fatal(err)
 	}

@@ -42,6 +42,21 @@ func natsServer(t *testing.T) string {
 	return ns.ClientURL()
 }
 
+// jetStream connects to the server at url for the test's duration.
+func jetStream(t *testing.T, url string) js.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	jsc, err := js.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return jsc
+}
+
 func testTrace(t *testing.T) *workload.Trace {
 	t.Helper()
 	tr, err := workload.ReadTrace(bytes.NewReader(kvidx.MooncakeTraceGz))
@@ -127,12 +142,7 @@ func TestTwoReplicasIdentical(t *testing.T) {
 // A message that is not events is counted, skipped, and not read again.
 func TestBadMessageSkipped(t *testing.T) {
 	url := natsServer(t)
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	jsc, _ := js.New(nc)
+	jsc := jetStream(t, url)
 	ctx := context.Background()
 	if _, err := EnsureStream(ctx, jsc, testStream, testPrefix+".>"); err != nil {
 		t.Fatal(err)
@@ -176,9 +186,7 @@ func TestGap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, _ := nats.Connect(url)
-	defer nc.Close()
-	jsc, _ := js.New(nc)
+	jsc := jetStream(t, url)
 	stream, _ := jsc.Stream(context.Background(), testStream)
 	if err := stream.Purge(context.Background(), js.WithPurgeSequence(10)); err != nil {
 		t.Fatal(err)
