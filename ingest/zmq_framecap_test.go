@@ -266,7 +266,7 @@ func TestZMQHugeFrameInHandshake(t *testing.T) {
 		time.Sleep(5 * time.Second)
 	}()
 	src := NewZMQSource(ZMQSpec{Endpoint: "tcp://" + ln.Addr().String(), WorkerID: 1}, &fakeStore{}, testOptions())
-	stop := runUntilCancelled(t, src)
+	stop := runUntilCancelled(t, t.Context(), src)
 	time.Sleep(time.Second)
 	stop()
 	if s := src.Stats(); s.Errors[ReasonConnect] == 0 {
@@ -327,7 +327,7 @@ func TestZMQHugeFrameAfterHandshake(t *testing.T) {
 	})
 	st := &fakeStore{}
 	src := NewZMQSource(ZMQSpec{Endpoint: "tcp://" + ln.Addr().String(), WorkerID: 1}, st, testOptions())
-	stop := runUntilCancelled(t, src)
+	stop := runUntilCancelled(t, t.Context(), src)
 	waitChan(t, "the first connection", accepted, 5*time.Second)
 	waitChan(t, "a redial after the huge frame", accepted, 3*time.Second)
 	stop()

@@ -205,20 +205,7 @@ func testOptions() ZMQOptions {
 
 // runSource runs src until the test ends and checks it stops cleanly.
 func runSource(t *testing.T, ctx context.Context, src *ZMQSource) {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Error("Run did not stop")
-		}
-	})
+	t.Cleanup(runUntilCancelled(t, ctx, src))
 }
 
 // publishUntilApplied republishes batch seq until the store holds it:
