@@ -57,7 +57,9 @@ Events the index rejects (a parent block the worker does not hold, an invalid
 sequence) change nothing; they are counted and summarised on stderr, and the
 exit status stays 0. A line that is not valid JSON of the expected shape is
 reported on stderr with its line number and skipped; the exit status is then
-non-zero.`,
+non-zero. A query line that does not parse is also answered on stdout, with
+{"error":"queries line N: ..."}, so that output line n always answers the
+nth (non-blank) query line.`,
 		Example: `  # Replay a log and answer queries, printing index statistics on stderr.
   kvidx replay --events events.ndjson --queries queries.ndjson --stats
 
@@ -170,19 +172,25 @@ func applyEvents(ix *engine.Index, r io.Reader, rep *reporter) (bad int, rejecte
 	return bad, rejected, lr.Err()
 }
 
-// answerQueries writes one result line to w for every query line of r that
-// parses, and returns how many did not.
+// answerQueries writes one line to w for every query line of r: its result,
+// or {"error":"..."} when the line does not parse, so that a program reading
+// the results pairs the nth output line with the nth query. It returns how
+// many lines did not parse.
 func answerQueries(ix *engine.Index, r io.Reader, w io.Writer, rep *reporter) (bad int, err error) {
 	var buf []byte
 	lr := eventjson.NewLineReader(r)
 	for lr.Scan() {
 		q, err := eventjson.DecodeQuery(lr.Bytes())
 		if err != nil {
-			rep.printf("kvidx replay: queries line %d: %v", lr.Line(), err)
+			msg := fmt.Sprintf("queries line %d: %v", lr.Line(), err)
+			rep.printf("kvidx replay: %s", msg)
 			bad++
-			continue
+			buf, _ = json.Marshal(struct {
+				Error string `json:"error"`
+			}{msg})
+		} else {
+			buf = eventjson.AppendResult(buf[:0], q.Match(ix), len(q.LocalHashes))
 		}
-		buf = eventjson.AppendResult(buf[:0], q.Match(ix), len(q.LocalHashes))
 		if _, err := w.Write(append(buf, '\n')); err != nil {
 			return bad, fmt.Errorf("writing results: %w", err)
 		}

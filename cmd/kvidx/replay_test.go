@@ -162,9 +162,11 @@ func TestReplayMalformedLines(t *testing.T) {
 		}
 	}
 	want := `{"scores":[{"worker_id":7,"dp_rank":0,"matched_blocks":2}],"query_blocks":2}` + "\n" +
+		`{"error":"queries line 2: local_hashes[0]: negative number -1, want an unsigned integer"}` + "\n" +
+		`{"error":"queries line 3: block_size: required with tokens"}` + "\n" +
 		`{"scores":[{"worker_id":7,"dp_rank":0,"matched_blocks":1}],"query_blocks":1}` + "\n"
 	if stdout != want {
-		t.Errorf("stdout:\n%s\nwant one line per good query:\n%s", stdout, want)
+		t.Errorf("stdout:\n%s\nwant one line per query line:\n%s", stdout, want)
 	}
 }
 
