@@ -75,13 +75,6 @@ func BenchmarkAppend(b *testing.B) {
 				}
 				o.SegmentSize = n
 			}
-			if v := os.Getenv("KVIDX_BENCH_SEGMENT"); v != "" {
-				n, err := strconv.Atoi(v)
-				if err != nil {
-					b.Fatalf("KVIDX_BENCH_SEGMENT=%q: %v", v, err)
-				}
-				o.SegmentSize = n
-			}
 			l, err := Open(b.TempDir(), o)
 			if err != nil {
 				b.Fatal(err)
