@@ -11,10 +11,7 @@ import (
 // TestBadRequestsChangeNothing runs under both front-ends: the fasthttp one
 // Run serves with and Server as a plain http.Handler.
 func TestBadRequestsChangeNothing(t *testing.T) {
-	for _, front := range []struct {
-		name  string
-		serve func(testing.TB, *Server) string
-	}{{"fasthttp", serveFront}, {"net_http", serveNetHTTP}} {
+	for _, front := range fronts {
 		t.Run(front.name, func(t *testing.T) { testBadRequests(t, front.serve) })
 	}
 }

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -33,21 +34,29 @@ func (s *Server) fastServer() *fasthttp.Server {
 				s.sendFast(ctx, "other", retryReply("shutting down"))
 				return
 			}
-			if len(ctx.PostBody()) > maxPooledBuffer {
-				// Do not keep a huge body's buffer with the connection.
+			buf, rep, ok := s.readFastBody(ctx)
+			if !ok {
+				// What is left of the body stays unread: the connection
+				// cannot carry another request.
 				ctx.SetConnectionClose()
+				s.sendFast(ctx, routeOf(ctx), rep)
+				return
 			}
+			defer s.putBuf(buf)
 			if ctx.IsPost() {
 				switch string(ctx.URI().PathOriginal()) {
 				case "/v1/match":
-					s.sendFast(ctx, "match", s.match(ctx.PostBody()))
+					s.sendFast(ctx, "match", s.match(buf.Bytes()))
 					return
 				case "/v1/events":
-					s.sendFast(ctx, "events", s.ingest(ctx.PostBody()))
+					s.sendFast(ctx, "events", s.ingest(buf.Bytes()))
 					return
 				}
 			}
+			ctx.Request.SetBodyRaw(buf.Bytes())
 			slow(ctx)
+			// The buffer goes back to the pool: fasthttp must not see it.
+			ctx.Request.ResetBody()
 		},
 		ErrorHandler: s.fastError,
 		// An "Expect: 100-continue" body over the limit is refused before
@@ -61,6 +70,9 @@ func (s *Server) fastServer() *fasthttp.Server {
 			return http.StatusContinue
 		},
 		MaxRequestBodySize: int(min(s.cfg.MaxBodyBytes, int64(^uint(0)>>1))),
+		// The handler reads bodies itself (readFastBody): fasthttp would
+		// reserve a body's whole declared length before any of it came.
+		StreamRequestBody: true,
 		// fasthttp has no header timeout: ReadTimeout bounds the header
 		// and the body together.
 		ReadTimeout:  s.cfg.ReadTimeout,
@@ -74,6 +86,19 @@ func (s *Server) fastServer() *fasthttp.Server {
 		CloseOnShutdown:              true,
 		Logger:                       fastLogger{s.log},
 	}
+}
+
+// readFastBody reads the body of a fasthttp request as readBodyFrom does:
+// the buffer grows as bytes arrive, so a client that declares a large body
+// and sends none pins only what fasthttp reads ahead (at most 8 KiB).
+func (s *Server) readFastBody(ctx *fasthttp.RequestCtx) (*bytes.Buffer, reply, bool) {
+	// -1: chunked; -2: no length and no body (fasthttp reads none).
+	declared := int64(max(ctx.Request.Header.ContentLength(), -1))
+	body := ctx.RequestBodyStream()
+	if body == nil {
+		body = bytes.NewReader(ctx.Request.Body())
+	}
+	return s.readBodyFrom(body, declared)
 }
 
 // recoverFast turns a panic while serving one request into a logged JSON

@@ -3,6 +3,7 @@ package node
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -104,5 +105,31 @@ func TestUncleanPathIsNotFound(t *testing.T) {
 				t.Errorf("GET %s: %d %s", p, r.code, r.body)
 			}
 		}
+	}
+}
+
+// TestStalledBodyTimesOut: a body that stops arriving past what fasthttp
+// reads ahead ends in a JSON 408 and a closed connection.
+func TestStalledBodyTimesOut(t *testing.T) {
+	e := newEnv(t, Config{ReadTimeout: 300 * time.Millisecond})
+	conn, err := net.Dial("tcp", strings.TrimPrefix(e.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n%s", strings.Repeat(" ", 20000))
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(body), `"error":"reading request body`) {
+		t.Fatalf("status %d, body %q: want 408 and a JSON error", resp.StatusCode, body)
+	}
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("connection still open after the 408 (read: %v)", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"path"
@@ -347,14 +348,27 @@ func (s *Server) bodyHandler(answer func(body []byte) reply) http.HandlerFunc {
 }
 
 // readBody reads r's body into a pooled buffer (return it with putBuf),
-// answering 413 when it exceeds the limit (from Content-Length before
-// reading anything, else as soon as the limit is passed) and 400 when it
-// cannot be read. ok is false when an answer was written.
+// answering as readBodyFrom does. ok is false when an answer was written.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (buf *bytes.Buffer, ok bool) {
+	// MaxBytesReader also tells net/http to close the connection after an
+	// oversized body instead of draining it.
+	buf, rep, ok := s.readBodyFrom(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), r.ContentLength)
+	if !ok {
+		rep.write(w)
+	}
+	return buf, ok
+}
+
+// readBodyFrom reads a request body of declared length (-1 when unknown:
+// chunked) from body into a pooled buffer (return it with putBuf). It
+// refuses a body over the limit with a 413, from the declared length
+// before reading anything, else as soon as the limit is passed, and a body
+// it cannot read with a 400 (a 408 on a timeout); ok is false then, and
+// the caller sends the reply. Both front ends read bodies with it.
+func (s *Server) readBodyFrom(body io.Reader, declared int64) (buf *bytes.Buffer, rep reply, ok bool) {
 	limit := s.cfg.MaxBodyBytes
-	if r.ContentLength > limit {
-		tooLarge(r.ContentLength, limit).write(w)
-		return nil, false
+	if declared > limit {
+		return nil, tooLarge(declared, limit), false
 	}
 	buf, _ = s.bufs.Get().(*bytes.Buffer)
 	if buf == nil {
@@ -364,21 +378,27 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (buf *bytes.Bu
 	// Reserve by the declared length only up to a point: a client that
 	// declares 16 MiB and sends nothing must not pin 16 MiB until the read
 	// timeout. Larger bodies grow the buffer as they arrive.
-	if r.ContentLength > 0 {
-		buf.Grow(int(min(r.ContentLength, maxReservedBody)))
+	if declared > 0 {
+		buf.Grow(int(min(declared, maxReservedBody)))
 	}
-	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit))
-	if err != nil {
-		s.putBuf(buf)
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			tooLarge(-1, limit).write(w)
-			return nil, false
+	// One byte past the limit tells an oversized body from one that fits.
+	_, err := buf.ReadFrom(io.LimitReader(body, limit+1))
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig) || int64(buf.Len()) > limit:
+		rep = tooLarge(-1, limit)
+	case err != nil:
+		var timeout interface{ Timeout() bool }
+		if errors.As(err, &timeout) && timeout.Timeout() {
+			rep = errorReply(http.StatusRequestTimeout, "reading request body: "+err.Error())
+		} else {
+			rep = errorReply(http.StatusBadRequest, "reading request body: "+err.Error())
 		}
-		writeError(w, http.StatusBadRequest, "reading request body: "+err.Error())
-		return nil, false
+	default:
+		return buf, reply{}, true
 	}
-	return buf, true
+	s.putBuf(buf)
+	return nil, rep, false
 }
 
 // maxReservedBody is the most of a request's declared length reserved

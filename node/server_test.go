@@ -398,27 +398,68 @@ func serveNetHTTP(t testing.TB, srv *Server) string {
 	return ts.URL
 }
 
-// TestDeclaredBodyLengthNotReserved: on the net/http path, a request that
-// declares a large body and sends nothing reserves at most maxReservedBody.
-// (fasthttp, the default front end, reserves the declared length itself;
-// see the README's HTTP section.)
+// fronts are the two HTTP front ends: fasthttp (what Run serves with) and
+// net/http (Server.ServeHTTP, which fasthttp hands the rarer routes to).
+var fronts = []struct {
+	name  string
+	serve func(testing.TB, *Server) string
+}{{"fasthttp", serveFront}, {"net_http", serveNetHTTP}}
+
+// TestDeclaredBodyLengthNotReserved: a request that declares a large body
+// and sends nothing reserves at most maxReservedBody (net/http) or what
+// fasthttp reads ahead, not the declared length.
 func TestDeclaredBodyLengthNotReserved(t *testing.T) {
-	e := newEnvWith(t, DefaultConfig(), serveNetHTTP)
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	for range 8 {
-		c, err := net.Dial("tcp", strings.TrimPrefix(e.url, "http://"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		fmt.Fprintf(c, "POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n{", 16<<20)
+	for _, front := range fronts {
+		t.Run(front.name, func(t *testing.T) {
+			e := newEnvWith(t, DefaultConfig(), front.serve)
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			for range 8 {
+				c, err := net.Dial("tcp", strings.TrimPrefix(e.url, "http://"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				fmt.Fprintf(c, "POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n{", 16<<20)
+			}
+			time.Sleep(300 * time.Millisecond)
+			runtime.GC()
+			runtime.ReadMemStats(&after)
+			if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 16<<20 {
+				t.Fatalf("8 requests declaring 16 MiB bodies pin %d MiB", grew>>20)
+			}
+		})
 	}
-	time.Sleep(300 * time.Millisecond)
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 16<<20 {
-		t.Fatalf("8 requests declaring 16 MiB bodies pin %d MiB", grew>>20)
+}
+
+// TestLargeBodies: bodies far beyond what a front end reads ahead arrive
+// whole, with a declared length and chunked.
+func TestLargeBodies(t *testing.T) {
+	var sb strings.Builder
+	const n = 5000 // about 700 KB of events
+	for i := range n {
+		sb.WriteString(stored(uint64(i%7), uint64(i), "null", uint64(i)))
+		sb.WriteByte('\n')
+	}
+	for _, front := range fronts {
+		for _, chunked := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/chunked=%v", front.name, chunked), func(t *testing.T) {
+				e := newEnvWith(t, DefaultConfig(), front.serve)
+				var rd io.Reader = strings.NewReader(sb.String())
+				if chunked {
+					rd = io.MultiReader(rd)
+				}
+				req, err := http.NewRequest("POST", e.url+"/v1/events", rd)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var a eventsAnswer
+				e.send(t, req).want(t, 200).decode(t, &a)
+				if a.Accepted != n || len(a.Rejected) != 0 {
+					t.Fatalf("accepted %d of %d, rejected %v", a.Accepted, n, a.Rejected)
+				}
+			})
+		}
 	}
 }
