@@ -831,11 +831,19 @@ func (l *Log) Entries(from uint64) iter.Seq2[Entry, error] {
 
 // ReadEntry reads and decodes the entry at index.
 func (l *Log) ReadEntry(index uint64) (Entry, error) {
-	l.readMu.Lock()
-	data, err := l.tw.Read(index)
-	l.readMu.Unlock()
+	data, err := l.read(index)
 	if err != nil {
-		return Entry{}, fmt.Errorf("wal %s: read entry %d: %w", l.dir, index, err)
+		if !errors.Is(err, twal.ErrCorrupt) {
+			return Entry{}, fmt.Errorf("wal %s: read entry %d: %w", l.dir, index, err)
+		}
+		// A segment before the last that is missing, short or badly framed:
+		// tidwall/wal has no word for it but its own ErrCorrupt (or a panic).
+		seg, off := locate(l.dir, index)
+		if off < 0 {
+			return Entry{}, fmt.Errorf("wal %s: segment %s does not hold a whole entry %d (a later segment missing, or this one short or badly framed): %v: %w",
+				l.dir, seg, index, err, ErrCorrupt)
+		}
+		return Entry{}, fmt.Errorf("wal %s: segment %s offset %d: entry %d: %v: %w", l.dir, seg, off, index, err, ErrCorrupt)
 	}
 	events, positions, err := decodeEntry(data)
 	if err != nil {
@@ -846,6 +854,21 @@ func (l *Log) ReadEntry(index uint64) (Entry, error) {
 		return Entry{}, fmt.Errorf("wal %s: segment %s offset %d: entry %d: %w", l.dir, seg, off, index, err)
 	}
 	return Entry{Index: index, Events: events, Positions: positions}, nil
+}
+
+// read reads one entry's payload from tidwall/wal, serialised with other
+// reads. tidwall/wal v1.2.1 indexes past the end of a segment when the one
+// after it is missing or the segment is short (a panic, not an error): that
+// is reported as its ErrCorrupt.
+func (l *Log) read(index uint64) (data []byte, err error) {
+	l.readMu.Lock()
+	defer l.readMu.Unlock()
+	defer func() {
+		if p := recover(); p != nil {
+			data, err = nil, fmt.Errorf("tidwall/wal panicked: %v: %w", p, twal.ErrCorrupt)
+		}
+	}()
+	return l.tw.Read(index)
 }
 
 // Stats returns the log's counters.

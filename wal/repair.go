@@ -153,7 +153,8 @@ func repairTail(dir string, logger *slog.Logger) (int64, error) {
 }
 
 // locate returns the segment file holding index and the byte offset of its
-// entry, for error messages. It walks tidwall/wal's framing only.
+// entry, for error messages; the offset is -1 when that segment does not
+// hold the entry whole. It walks tidwall/wal's framing only.
 func locate(dir string, index uint64) (string, int64) {
 	segs, err := listSegments(dir)
 	if err != nil {
@@ -179,6 +180,9 @@ func locate(dir string, index uint64) (string, int64) {
 			return seg.name, -1
 		}
 		off += n
+	}
+	if off >= len(data) { // entry index is not in this segment
+		return seg.name, -1
 	}
 	return seg.name, int64(off)
 }

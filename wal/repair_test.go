@@ -432,3 +432,59 @@ func TestRepairPastTheEnd(t *testing.T) {
 	}
 	checkPrefix(t, dir, want, n).Close()
 }
+
+// A segment before the last that is missing, or cut short, or badly framed
+// is damage inside the log: reading an entry it should hold fails with
+// ErrCorrupt naming a segment (tidwall/wal panicked with an index out of
+// range for the first two, and said only "log corrupt" for the third).
+func TestReadEntryBadEarlierSegment(t *testing.T) {
+	tests := []struct {
+		name   string
+		damage func(t *testing.T, dir string, seg segFile)
+	}{
+		{"missing", func(t *testing.T, dir string, seg segFile) {
+			if err := os.Remove(filepath.Join(dir, seg.name)); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"short", func(t *testing.T, dir string, seg segFile) {
+			p := filepath.Join(dir, seg.name)
+			data, _ := os.ReadFile(p)
+			ends := entryEnds(t, data)
+			os.WriteFile(p, data[:ends[len(ends)-2]], 0o640) // its last entry gone
+		}},
+		{"framing", func(t *testing.T, dir string, seg segFile) {
+			p := filepath.Join(dir, seg.name)
+			data, _ := os.ReadFile(p)
+			os.WriteFile(p, data[:len(data)-3], 0o640) // its last entry torn
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir, _ := buildLog(t, 30, 300)
+			segs, _ := listSegments(dir)
+			if len(segs) < 4 {
+				t.Fatalf("%d segments", len(segs))
+			}
+			tt.damage(t, dir, segs[1])
+			l := mustOpen(t, dir, nil)
+			defer l.Close()
+			var got error
+			count := 0
+			for _, err := range l.Entries(0) {
+				if err != nil {
+					got = err
+					break
+				}
+				count++
+			}
+			if got == nil || !errors.Is(got, ErrCorrupt) || !strings.Contains(got.Error(), "segment ") {
+				t.Fatalf("read %d entries then %v, want ErrCorrupt naming a segment", count, got)
+			}
+			if uint64(count) >= segs[2].index-1 {
+				t.Fatalf("read %d entries past the damage", count)
+			}
+			t.Log(got)
+		})
+	}
+}
