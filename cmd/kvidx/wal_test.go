@@ -1,13 +1,20 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/kvidx/kvidx/engine"
+	"github.com/kvidx/kvidx/recovery"
 	"github.com/kvidx/kvidx/wal"
 )
 
@@ -61,5 +68,77 @@ func TestWALRepair(t *testing.T) {
 	defer l.Close()
 	if last, err := l.LastIndex(); err != nil || last != 3 {
 		t.Fatalf("last index %d (%v) after the cut, want 3", last, err)
+	}
+}
+
+// The operator's path for damage inside the log, end to end: recovery
+// refuses to start, naming the segment file and the offset of the bad entry;
+// `kvidx wal repair DATA_DIR --truncate-after INDEX --yes` cuts after the
+// entry before it, keeping a copy of the segment it changes; the next start
+// recovers exactly the entries kept and appends after them.
+func TestWALRepairAfterMiddleDamage(t *testing.T) {
+	data := t.TempDir()
+	opts := recovery.Options{Sync: wal.SyncNone, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	s, err := recovery.Open(context.Background(), data, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 8
+	for i := range n {
+		ev := engine.Event{Worker: engine.WorkerKey{WorkerID: 1}, Kind: engine.KindStored, Blocks: []engine.Block{{BlockHash: uint64(i + 1), TokensHash: 7}}}
+		if _, _, err := s.Append(context.Background(), []engine.Event{ev}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// One segment holds every entry: flip a byte inside entry 5.
+	seg := filepath.Join(data, "wal", fmt.Sprintf("%020d", 1))
+	b, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orig := bytes.Clone(b)
+	off := 0
+	for range 4 {
+		size, hn := binary.Uvarint(b[off:])
+		off += hn + int(size)
+	}
+	b[off+3] ^= 0x01 // a CRC byte of entry 5
+	if err := os.WriteFile(seg, b, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	damaged := bytes.Clone(b)
+	_, err = recovery.Open(context.Background(), data, opts)
+	if !errors.Is(err, wal.ErrCorrupt) || !strings.Contains(err.Error(), filepath.Base(seg)) || !strings.Contains(err.Error(), fmt.Sprintf("offset %d:", off)) {
+		t.Fatalf("open of a log damaged in the middle: %v, want ErrCorrupt naming %s and offset %d", err, filepath.Base(seg), off)
+	}
+	if got, _ := os.ReadFile(seg); !bytes.Equal(got, damaged) {
+		t.Fatal("the refused open changed the segment")
+	}
+	backup := filepath.Join(t.TempDir(), "backup")
+	if _, _, err := runKvidx(t, "", "wal", "repair", data, "--truncate-after", "4", "--yes", "--backup", backup); err != nil {
+		t.Fatal(err)
+	}
+	if kept, err := os.ReadFile(filepath.Join(backup, filepath.Base(seg))); err != nil || !bytes.Equal(kept, damaged) {
+		t.Fatalf("backup of the cut segment: %d bytes, %v; want the %d damaged bytes", len(kept), err, len(damaged))
+	}
+	if got, _ := os.ReadFile(seg); !bytes.Equal(got, orig[:off]) {
+		t.Fatalf("segment after the cut: %d bytes, want the %d bytes of entries 1..4", len(got), off)
+	}
+	s, err = recovery.Open(context.Background(), data, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if r := s.Report(); r.ReplayedEntries != 4 || r.LastIndex != 4 {
+		t.Fatalf("report after the repair: %+v", r)
+	}
+	if st := s.Index().Stats(); st.HolderBlocks != 4 || st.Counters.EventsStored != 4 {
+		t.Fatalf("index after the repair: %+v", st)
+	}
+	if idx, _, err := s.Append(context.Background(), nil, nil); err != nil || idx != 5 {
+		t.Fatalf("append after the repair: %d, %v", idx, err)
 	}
 }
