@@ -263,3 +263,21 @@ func TestCLIRefusesBadArguments(t *testing.T) {
 		}
 	}
 }
+
+// A server started with --sync none warns that acknowledged events can be
+// lost; the other policies do not. (A bad --zmq flag stops serve right after
+// the warning, before it opens anything.)
+func TestServeWarnsSyncNone(t *testing.T) {
+	for _, policy := range []string{"none", "interval", "always"} {
+		t.Run(policy, func(t *testing.T) {
+			_, stderr, err := runKvidx(t, "", "serve", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--sync", policy, "--zmq", "tcp://127.0.0.1:1")
+			if err == nil || !strings.Contains(err.Error(), "want ENDPOINT=WORKER_ID") {
+				t.Fatalf("err = %v", err)
+			}
+			warned := strings.Contains(stderr, "level=WARN") && strings.Contains(stderr, "--sync none") && strings.Contains(stderr, "can lose them")
+			if warned != (policy == "none") {
+				t.Fatalf("--sync %s: warned %v; stderr:\n%s", policy, warned, stderr)
+			}
+		})
+	}
+}
