@@ -31,7 +31,7 @@
 // covers the history; when a published snapshot is newer than the WAL's last
 // entry (acknowledged entries are missing); or when the WAL is damaged or has
 // a gap in the entries to replay. It never starts with silent data loss.
-// Long replays log their progress at most once a second.
+// Long snapshot loads and replays log their progress at most once a second.
 //
 // tidwall/wal neither checks that its segment files follow each other nor
 // survives reading an entry of a missing one (it panics), so Open reads the

@@ -67,7 +67,7 @@ func (s *Store) recover(ctx context.Context) error {
 			continue
 		}
 		start := time.Now()
-		lix, m, err := snapshot.Load(ctx, f.Path)
+		lix, m, err := snapshot.LoadWith(ctx, f.Path, snapshot.LoadOptions{Progress: s.loadProgress(f.Path, start)})
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -282,4 +282,21 @@ func (s *Store) replay(ctx context.Context, from, last uint64) (err error) {
 		return fmt.Errorf("WAL replay stopped at entry %d, the WAL's last is %d: %w", s.applied, last, wal.ErrCorrupt)
 	}
 	return nil
+}
+
+// loadProgress returns a snapshot load's progress callback, which logs at
+// most once every ProgressInterval: a 10M holder-block snapshot takes
+// seconds to load, and an operator waiting on a restart sees it advance.
+func (s *Store) loadProgress(path string, start time.Time) func(done, total int) {
+	last, lastDone := start, 0
+	return func(done, total int) {
+		now := time.Now()
+		if now.Sub(last) < s.opts.ProgressInterval {
+			return
+		}
+		s.logger.Info("loading snapshot", "path", path, "places", done, "of", total,
+			"percent", fmt.Sprintf("%.1f", 100*float64(done)/float64(max(total, 1))),
+			"places_per_s", int(float64(done-lastDone)/now.Sub(last).Seconds()))
+		last, lastDone = now, done
+	}
 }

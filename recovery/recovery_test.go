@@ -471,6 +471,28 @@ func (l *logBuf) Write(p []byte) (int, error) {
 	return l.b.Write(p)
 }
 
+func TestSnapshotLoadProgressLogged(t *testing.T) {
+	dir := t.TempDir()
+	s := mustOpen(t, dir, testOptions())
+	for _, b := range batches(9, 4, 200) {
+		mustAppend(t, s, b)
+	}
+	if _, _, err := s.Snapshot(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	var buf logBuf
+	opts := testOptions()
+	opts.Logger = slog.New(slog.NewTextHandler(&buf, nil))
+	opts.ProgressInterval = time.Nanosecond
+	s = mustOpen(t, dir, opts)
+	s.Close()
+	out := buf.b.String()
+	if !strings.Contains(out, "msg=\"loading snapshot\"") || !strings.Contains(out, "percent=100.0") || !strings.Contains(out, "places_per_s=") {
+		t.Fatalf("log:\n%s", out)
+	}
+}
+
 func TestReplayProgressLogged(t *testing.T) {
 	dir := t.TempDir()
 	s := mustOpen(t, dir, testOptions())

@@ -398,6 +398,20 @@ var errLoadFailed = errors.New("load failed")
 // snapshot's meta. Any defect of the file is an error matching ErrCorrupt
 // that names the file and the defect.
 func Load(ctx context.Context, path string) (*engine.Index, Meta, error) {
+	return LoadWith(ctx, path, LoadOptions{})
+}
+
+// LoadOptions are Load's options; the zero value is Load.
+type LoadOptions struct {
+	// Progress, when set, is called after each chunk is decoded, on the
+	// goroutine that called LoadWith, with the places decoded so far and
+	// the meta's count of places (total). Chunks come every few thousand
+	// places: a caller that reports to people limits the rate itself.
+	Progress func(done, total int)
+}
+
+// LoadWith is Load with options.
+func LoadWith(ctx context.Context, path string, opts LoadOptions) (*engine.Index, Meta, error) {
 	r, err := open(path, populate)
 	if err != nil {
 		return nil, Meta{}, err
@@ -450,9 +464,14 @@ func Load(ctx context.Context, path string) (*engine.Index, Meta, error) {
 	}()
 	// The loaded index counts entries itself; they are compared with the
 	// meta below.
+	decoded := 0
 	err = r.each(ctx, false, func(b *engine.PlaceBatch) (*engine.PlaceBatch, error) {
 		if failed.Load() {
 			return nil, errLoadFailed
+		}
+		if opts.Progress != nil {
+			decoded += len(b.Places)
+			opts.Progress(decoded, r.meta.Places)
 		}
 		batches <- b
 		return <-free, nil
