@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -98,8 +99,9 @@ func sanitize(msg, dir string) string {
 
 // planRecovery finds, read-only, what recovery.Open would do with dir. With
 // load, the chosen snapshot is loaded (snapshot.Load, as a restart does) and
-// returned; otherwise candidates are checked with Reader.Verify only.
-func planRecovery(ctx context.Context, dir string, load bool) (*recoveryPlan, *engine.Index, error) {
+// returned, with a progress bar on progress when it is a terminal (nil: no
+// bar); otherwise candidates are checked with Reader.Verify only.
+func planRecovery(ctx context.Context, dir string, load bool, progress io.Writer) (*recoveryPlan, *engine.Index, error) {
 	fi, err := os.Stat(dir)
 	if err != nil {
 		return nil, nil, fmt.Errorf("data dir %s: %w", dir, err)
@@ -181,7 +183,7 @@ func planRecovery(ctx context.Context, dir string, load bool) (*recoveryPlan, *e
 		}
 		var meta snapshot.Meta
 		if load {
-			lix, m, err := snapshot.Load(ctx, f.Path)
+			lix, m, err := loadWithBar(ctx, f.Path, progress)
 			if err != nil {
 				if ctx.Err() != nil {
 					return nil, nil, ctx.Err()
@@ -239,6 +241,23 @@ func planRecovery(ctx context.Context, dir string, load bool) (*recoveryPlan, *e
 		ix = engine.New()
 	}
 	return p, ix, nil
+}
+
+// loadWithBar is snapshot.Load with a progress bar on w (see newBar).
+func loadWithBar(ctx context.Context, path string, w io.Writer) (*engine.Index, snapshot.Meta, error) {
+	var (
+		prog    *bar
+		started bool
+		shown   int
+	)
+	defer func() { prog.done() }()
+	return snapshot.LoadWith(ctx, path, snapshot.LoadOptions{Progress: func(done, total int) {
+		if !started && w != nil {
+			prog, started = newBar(w, int64(total), "loading snapshot", false), true
+		}
+		prog.add(int64(done - shown))
+		shown = done
+	}})
 }
 
 // replayPlan applies the plan's WAL entries to ix, reading the WAL

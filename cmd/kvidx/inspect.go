@@ -251,7 +251,7 @@ func summarizeSnapshot(ctx context.Context, cmd *cobra.Command, path string) (*s
 }
 
 func summarizeDataDir(ctx context.Context, cmd *cobra.Command, dir string) (*summary, error) {
-	p, ix, err := planRecovery(ctx, dir, true)
+	p, ix, err := planRecovery(ctx, dir, true, cmd.ErrOrStderr())
 	if err != nil {
 		return nil, err
 	}

@@ -55,7 +55,7 @@ one (offline compaction), then closes and prints the recovery report.`,
 			}
 			out := cmd.OutOrStdout()
 			if dryRun {
-				p, _, err := planRecovery(ctx, dataDir, false)
+				p, _, err := planRecovery(ctx, dataDir, false, nil)
 				if err != nil {
 					return fmt.Errorf("recover: %w", err)
 				}
