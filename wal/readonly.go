@@ -289,8 +289,7 @@ func walk(dir string, from, to uint64, fn func(Entry) error) (Layout, error) {
 				for p := good + 1; p < len(data); p++ {
 					if validEntryAt(data[p:]) {
 						lay.Segments = append(lay.Segments, info)
-						return lay, fmt.Errorf("wal %s: segment %s offset %d: invalid entry followed by a valid entry at offset %d (damage inside the log, not a torn tail; Open refuses it): %w",
-							dir, s.name, good, p, ErrCorrupt)
+						return lay, corruptionError(dir, s.name, good, p, lay.LastIndex+1)
 					}
 				}
 				lay.TornSegment, lay.TornOffset, lay.TornBytes = s.name, int64(good), int64(len(data)-good)

@@ -113,6 +113,12 @@ func repairTail(dir string, logger *slog.Logger) (int64, error) {
 	if name == "" {
 		return 0, nil
 	}
+	var first uint64
+	for _, s := range segs {
+		if s.name == name {
+			first = s.index
+		}
+	}
 	path := filepath.Join(dir, name)
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -124,8 +130,7 @@ func repairTail(dir string, logger *slog.Logger) (int64, error) {
 	}
 	for p := good + 1; p < len(data); p++ {
 		if validEntryAt(data[p:]) {
-			return 0, fmt.Errorf("wal %s: segment %s offset %d: invalid entry followed by a valid entry at offset %d (damage inside the log, not a torn tail; cut explicitly with RepairTruncateAfter): %w",
-				dir, name, good, p, ErrCorrupt)
+			return 0, corruptionError(dir, name, good, p, first+uint64(count))
 		}
 	}
 	dropped := int64(len(data) - good)
@@ -402,4 +407,15 @@ func copyFile(src, dst string) (created bool, err error) {
 		err = cerr
 	}
 	return true, err
+}
+
+// corruptionError is the refusal of damage inside the log: the entry at
+// offset good of segment name (index bad) does not frame, and a valid entry
+// starts at offset next. It names the operator's way out, kvidx wal repair,
+// with the INDEX that keeps every entry before the damaged one.
+func corruptionError(dir, name string, good, next int, bad uint64) error {
+	return fmt.Errorf("wal %s: segment %s offset %d: entry %d is invalid and followed by a valid entry at offset %d "+
+		"(damage inside the log, not a torn tail); to drop entry %d and every later one, stop kvidx and run "+
+		"kvidx wal repair DATA_DIR --truncate-after %d --yes (it keeps a copy of what it cuts): %w",
+		dir, name, good, bad, next, bad, bad-1, ErrCorrupt)
 }

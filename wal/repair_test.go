@@ -488,3 +488,43 @@ func TestReadEntryBadEarlierSegment(t *testing.T) {
 		})
 	}
 }
+
+// TestMiddleDamageNamesTheRepair checks that the refusal of damage inside the
+// log, from Open and from the read-only Scan, names the damaged entry and the
+// kvidx wal repair command whose --truncate-after keeps every entry before it,
+// and that this cut lets the log open.
+func TestMiddleDamageNamesTheRepair(t *testing.T) {
+	const n = 5
+	src, want := buildLog(t, n, 1<<20)
+	tail := tailPath(t, src)
+	data, _ := os.ReadFile(tail)
+	ends := entryEnds(t, data)
+	for _, damaged := range []int{1, 2, n - 1} { // 1-based; the last entry's damage is a torn tail
+		t.Run(fmt.Sprintf("entry%d", damaged), func(t *testing.T) {
+			dir := cloneDir(t, src)
+			b := append([]byte(nil), data...)
+			b[endOr0(ends, damaged-1)+1] ^= 0x01
+			os.WriteFile(filepath.Join(dir, filepath.Base(tail)), b, 0o640)
+			wantMsg := []string{
+				fmt.Sprintf("entry %d is invalid", damaged),
+				fmt.Sprintf("kvidx wal repair DATA_DIR --truncate-after %d --yes", damaged-1),
+			}
+			_, openErr := Open(dir, quietOpts())
+			_, _, scanErr := scanAll(t, dir, 0, 0)
+			for name, err := range map[string]error{"open": openErr, "scan": scanErr} {
+				if !errors.Is(err, ErrCorrupt) {
+					t.Fatalf("%s = %v, want ErrCorrupt", name, err)
+				}
+				for _, w := range wantMsg {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("%s error %q does not say %q", name, err, w)
+					}
+				}
+			}
+			if err := RepairTruncateAfter(dir, uint64(damaged-1), filepath.Join(t.TempDir(), "bak")); err != nil {
+				t.Fatalf("the named repair: %v", err)
+			}
+			checkPrefix(t, dir, want, damaged-1).Close()
+		})
+	}
+}
