@@ -511,3 +511,52 @@ func TestReplayProgressLogged(t *testing.T) {
 		t.Fatalf("log:\n%s", out)
 	}
 }
+
+// TestSnapshotAtSameIndexStillRetains checks that a snapshot call that finds
+// the newest snapshot already at the applied index (a store reopened after a
+// clean stop, as kvidx recover does) still applies the store's retention: a
+// lower KeepSnapshots than the writer's prunes the older snapshots and
+// truncates the WAL.
+func TestSnapshotAtSameIndexStillRetains(t *testing.T) {
+	for _, tc := range []struct {
+		keep      int
+		wantSnaps int
+		wantFirst uint64
+	}{
+		{keep: 3, wantSnaps: 3, wantFirst: 11}, // as written: nothing more to drop
+		{keep: 2, wantSnaps: 2, wantFirst: 21},
+		{keep: 1, wantSnaps: 1, wantFirst: 31},
+	} {
+		t.Run(fmt.Sprintf("keep%d", tc.keep), func(t *testing.T) {
+			dir := t.TempDir()
+			opts := testOptions()
+			opts.KeepSnapshots = 3
+			s := mustOpen(t, dir, opts)
+			bs := batches(5, 1, 30)
+			for i, b := range bs {
+				mustAppend(t, s, b)
+				if (i+1)%10 == 0 {
+					if _, _, err := s.Snapshot(context.Background()); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			s.Close()
+
+			opts.KeepSnapshots = tc.keep
+			s = mustOpen(t, dir, opts)
+			defer s.Close()
+			if _, idx, err := s.Snapshot(context.Background()); err != nil || idx != 30 {
+				t.Fatalf("snapshot: %d, %v", idx, err)
+			}
+			list, err := snapshot.List(filepath.Join(dir, SnapshotDirName))
+			if err != nil || len(list) != tc.wantSnaps || list[0].Index != 30 {
+				t.Fatalf("snapshots %+v (%v), want %d, the newest at 30", list, err, tc.wantSnaps)
+			}
+			if f, _ := s.log.FirstIndex(); f != tc.wantFirst {
+				t.Fatalf("WAL first index %d, want %d", f, tc.wantFirst)
+			}
+			sameState(t, s.Index(), model(bs))
+		})
+	}
+}

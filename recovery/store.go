@@ -272,6 +272,13 @@ func (s *Store) Snapshot(ctx context.Context) (path string, index uint64, err er
 	if s.haveSnap && s.lastSnap.Index == index {
 		if _, err := os.Stat(s.lastSnap.Path); err == nil {
 			s.mu.Unlock()
+			// Nothing new to write, but retention still applies: a store
+			// opened with a lower KeepSnapshots than the one that wrote
+			// the directory (kvidx recover --keep 1 after a clean stop)
+			// prunes and truncates now.
+			if err := s.retain(index); err != nil {
+				return s.lastSnap.Path, index, err
+			}
 			return s.lastSnap.Path, index, nil
 		}
 	}
@@ -302,19 +309,29 @@ func (s *Store) Snapshot(ctx context.Context) (path string, index uint64, err er
 	s.phase("published", index)
 	s.logger.Info("snapshot written", "path", path, "index", index, "duration", time.Since(start), "apply_pause", pause)
 	delete(s.unusable, index) // the file under its name is the one just written
+	if err := s.retain(index); err != nil {
+		return path, index, err
+	}
+	return path, index, nil
+}
+
+// retain applies the retention rule after a snapshot at index: it keeps the
+// newest KeepSnapshots usable snapshots and truncates the WAL up to the
+// oldest kept one.
+func (s *Store) retain(index uint64) error {
 	removed, err := snapshot.Prune(s.snapDir, s.opts.KeepSnapshots, s.usable)
 	for _, p := range removed {
 		s.logger.Info("snapshot pruned", "path", p)
 	}
 	if err != nil {
-		return path, index, fmt.Errorf("data dir %s: %w", s.dir, err)
+		return fmt.Errorf("data dir %s: %w", s.dir, err)
 	}
 	s.phase("pruned", index)
 	if err := s.truncateWAL(); err != nil {
-		return path, index, err
+		return err
 	}
 	s.phase("truncated", index)
-	return path, index, nil
+	return nil
 }
 
 // usable reports whether f may count among the snapshots kept.
