@@ -46,6 +46,11 @@ one (offline compaction), then closes and prints the recovery report.`,
   kvidx recover --data-dir ./kvidx-data          # server stopped: recover, snapshot, compact`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if asJSON && !dryRun {
+				// The offline recovery prints a table; a script asking for
+				// JSON must not get one and compact the directory anyway.
+				return fmt.Errorf("recover: --json is for the --dry-run report only (the offline recovery prints a table)")
+			}
 			if keep < 1 {
 				return fmt.Errorf("recover: --keep %d: keep at least 1 snapshot (2, the default, leaves a fallback if the newest is damaged)", keep)
 			}

@@ -221,3 +221,37 @@ func TestRecoverKeepAtLeastOne(t *testing.T) {
 		}
 	}
 }
+
+// --json without --dry-run is refused before anything changes (it printed
+// the table and compacted the directory).
+func TestRecoverJSONNeedsDryRun(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		wantErr bool
+	}{
+		{[]string{"--json"}, true},
+		{[]string{"--json", "--keep", "1"}, true},
+		{[]string{"--json", "--dry-run"}, false},
+	} {
+		dir := t.TempDir()
+		copyTree(t, fixtureDir, dir)
+		before := hashTree(t, dir)
+		out, _, err := runKvidx(t, "", append([]string{"recover", "--data-dir", dir}, tc.args...)...)
+		if tc.wantErr {
+			if err == nil || !strings.Contains(err.Error(), "--json is for the --dry-run report") {
+				t.Errorf("%v: err %v", tc.args, err)
+			}
+		} else if err != nil || !strings.HasPrefix(out, "{") {
+			t.Errorf("%v: %v\n%s", tc.args, err, out)
+		}
+		after := hashTree(t, dir)
+		if len(after) != len(before) {
+			t.Errorf("%v changed the directory", tc.args)
+		}
+		for k, v := range before {
+			if after[k] != v {
+				t.Errorf("%v changed %s", tc.args, k)
+			}
+		}
+	}
+}
