@@ -38,6 +38,11 @@ func (c BenchConfig) Validate() error {
 	return nil
 }
 
+// maxLatencyReserve is how many lookup latencies Bench reserves room for
+// before the run: the reference workloads' requests (K=8: 31,944; K=100:
+// 399,300) fit, and larger runs grow the slice as they go.
+const maxLatencyReserve = 1 << 20
+
 // ProgressFunc receives a run's progress: requests done of total, and the time
 // since the run started.
 type ProgressFunc func(done, total int, elapsed time.Duration)
@@ -61,7 +66,10 @@ func Bench(ctx context.Context, tr *Trace, cfg BenchConfig, progress ProgressFun
 		return nil, err
 	}
 	total := NumRequests(tr, cfg.Duplicate)
-	lat := make([]time.Duration, 0, total)
+	// Latencies grow with the run; reserving room for all of them up front
+	// would ask for 8 bytes a request before the first one ran (a huge
+	// --duplicate crashed the process with a runtime out-of-memory error).
+	lat := make([]time.Duration, 0, min(total, maxLatencyReserve))
 	marks := make([]HeapMark, len(cfg.HeapMarks))
 	for i, t := range cfg.HeapMarks {
 		marks[i].Target = t

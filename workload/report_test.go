@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"maps"
 	"reflect"
 	"slices"
@@ -163,6 +164,21 @@ func TestHeapGrowthPct(t *testing.T) {
 		got, ok := HeapGrowthPct(tc.marks)
 		if got != tc.want || ok != tc.ok {
 			t.Errorf("HeapGrowthPct(%v) = %v, %v; want %v, %v", tc.marks, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+// A huge duplicate must not reserve memory for every request's latency up
+// front: Bench starts, sees the cancelled context and returns its error.
+func TestBenchHugeDuplicateStartsSmall(t *testing.T) {
+	tr := embeddedTrace(t)
+	tr.Records = tr.Records[:400]
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, dup := range []int{1 << 20, 1 << 30, 1 << 40} {
+		cfg := BenchConfig{Config: Config{Workers: 16, Capacity: 256, Duplicate: dup}}
+		if _, err := Bench(ctx, tr, cfg, nil); !errors.Is(err, context.Canceled) {
+			t.Errorf("duplicate %d: Bench = %v, want context.Canceled", dup, err)
 		}
 	}
 }
