@@ -567,19 +567,19 @@ Token queries hash full blocks only, like Dynamo's router (see kvidx replay).`,
 					return fmt.Errorf("inspect match: --tokens needs --block-size N (N > 0)")
 				}
 				var toks []uint32
-				for _, s := range splitList(tokens) {
+				for i, s := range splitList(tokens) {
 					v, err := strconv.ParseUint(s, 10, 32)
 					if err != nil {
-						return fmt.Errorf("inspect match: --tokens: %q is not a token id", s)
+						return fmt.Errorf("inspect match: --tokens: element %d, %q, is not a token id", i+1, s)
 					}
 					toks = append(toks, uint32(v))
 				}
 				local = engine.LocalHashes(nil, toks, blockSize, lora)
 			case hashes != "":
-				for _, s := range splitList(hashes) {
+				for i, s := range splitList(hashes) {
 					v, err := strconv.ParseUint(s, 10, 64)
 					if err != nil {
-						return fmt.Errorf("inspect match: --local-hashes: %q is not a 64-bit unsigned integer", s)
+						return fmt.Errorf("inspect match: --local-hashes: element %d, %q, is not a 64-bit unsigned integer", i+1, s)
 					}
 					local = append(local, v)
 				}
@@ -606,12 +606,13 @@ Token queries hash full blocks only, like Dynamo's router (see kvidx replay).`,
 	return cmd
 }
 
+// splitList splits a comma-separated list into its trimmed elements, empty
+// ones included: a query's hashes and tokens are positional, so an empty
+// element (a typo, an unset shell variable) must be an error, not dropped.
 func splitList(s string) []string {
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out = append(out, f)
-		}
+	out := strings.Split(s, ",")
+	for i, f := range out {
+		out[i] = strings.TrimSpace(f)
 	}
 	return out
 }

@@ -255,3 +255,33 @@ func TestRecoverJSONNeedsDryRun(t *testing.T) {
 		}
 	}
 }
+
+// An empty element of --local-hashes or --tokens is an error naming it (it
+// was dropped, so "101,,103" asked about the chain 101,103); spaces around
+// elements are still fine.
+func TestInspectMatchListElements(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		wantErr string
+	}{
+		{[]string{"--local-hashes", "105,,106"}, `--local-hashes: element 2, "", is not`},
+		{[]string{"--local-hashes", "105,"}, `--local-hashes: element 2, "", is not`},
+		{[]string{"--local-hashes", ","}, `--local-hashes: element 1, "", is not`},
+		{[]string{"--local-hashes", "105,x"}, `--local-hashes: element 2, "x", is not`},
+		{[]string{"--tokens", "1,,2", "--block-size", "1"}, `--tokens: element 2, "", is not a token id`},
+		{[]string{"--tokens", ",", "--block-size", "1"}, `--tokens: element 1, "", is not a token id`},
+		{[]string{"--local-hashes", " 105 , 106"}, ""},
+		{[]string{"--tokens", "1, 2", "--block-size", "1"}, ""},
+	} {
+		out, _, err := runKvidx(t, "", append([]string{"inspect", "match", fixSnapB}, tc.args...)...)
+		if tc.wantErr == "" {
+			if err != nil || !strings.Contains(out, `"query_blocks":2`) {
+				t.Errorf("%q: %v %q", tc.args, err, out)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.wantErr) || out != "" {
+			t.Errorf("%q: err %v, out %q; want an error with %q", tc.args, err, out, tc.wantErr)
+		}
+	}
+}
