@@ -469,6 +469,9 @@ local hash. --json prints NDJSON:
 			if from > to {
 				return fmt.Errorf("inspect entries: --from %d is after --to %d", from, to)
 			}
+			if limit < 0 {
+				return fmt.Errorf("inspect entries: --limit %d: want 0 (no limit) or a positive count", limit)
+			}
 			r, err := snapshot.Open(args[0])
 			if err != nil {
 				return fmt.Errorf("inspect entries: %w", err)

@@ -407,3 +407,28 @@ func TestInspectSummaryNoData(t *testing.T) {
 		t.Fatalf("err %v, stderr %q", err, stderr)
 	}
 }
+
+// A negative --limit is an error naming it (it listed every place, as 0 does).
+func TestInspectEntriesLimit(t *testing.T) {
+	for _, tc := range []struct {
+		limit   string
+		wantErr bool
+		lines   int
+	}{
+		{"-1", true, 0},
+		{"-100", true, 0},
+		{"1", false, 1},
+		{"2", false, 2},
+	} {
+		out, _, err := runKvidx(t, "", "inspect", "entries", fixSnapB, "--limit", tc.limit)
+		if tc.wantErr {
+			if err == nil || !strings.Contains(err.Error(), "--limit "+tc.limit) || out != "" {
+				t.Errorf("--limit %s: err %v, out %q", tc.limit, err, out)
+			}
+			continue
+		}
+		if n := strings.Count(out, "\n"); err != nil || n != tc.lines {
+			t.Errorf("--limit %s: %d lines, %v", tc.limit, n, err)
+		}
+	}
+}
