@@ -56,6 +56,9 @@ file and byte offset.`,
 					total = int64(hi - lo + 1)
 				}
 			}
+			if note := dumpRangeNote(from, to, lay.FirstIndex, lay.LastIndex); note != "" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "kvidx wal dump: %s\n", note)
+			}
 			prog := newBar(cmd.ErrOrStderr(), total, "dumping WAL", false)
 			var buf []byte
 			_, err = wal.Scan(dir, from, to, func(e wal.Entry) error {
@@ -81,6 +84,24 @@ file and byte offset.`,
 	cmd.Flags().Uint64Var(&from, "from", 0, "first WAL index (default: the log's first)")
 	cmd.Flags().Uint64Var(&to, "to", 0, "last WAL index (default: the log's last)")
 	return cmd
+}
+
+// dumpRangeNote explains, for stderr, the part of --from..--to (0: open)
+// that the log first..last does not hold, so that an empty or short dump is
+// not read as missing entries: those before the first were truncated after a
+// snapshot, those after the last are not written yet.
+func dumpRangeNote(from, to, first, last uint64) string {
+	have := fmt.Sprintf("the WAL holds entries %d..%d", first, last)
+	if last < first {
+		have = fmt.Sprintf("the WAL holds no entries (the next is %d)", first)
+	}
+	switch {
+	case from == 0 && to != 0 && to < first: // (a --from before first is an error of Scan's)
+		return have + "; earlier ones were truncated after a snapshot (kvidx inspect reads snapshots)"
+	case from > last:
+		return have + fmt.Sprintf("; nothing at or after %d yet", from)
+	}
+	return ""
 }
 
 // walDirOf returns DATA_DIR/wal, after checking that dataDir is a

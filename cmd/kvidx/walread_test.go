@@ -188,3 +188,34 @@ func TestWALStatDamagedCounts(t *testing.T) {
 		})
 	}
 }
+
+// A dump whose range the log does not hold says so on stderr (it printed
+// nothing, or less than asked, without a word), and still exits 0.
+func TestWALDumpRangeNote(t *testing.T) {
+	for _, tc := range []struct {
+		from, to, first, last uint64
+		want                  string
+	}{
+		{0, 0, 51, 60, ""},
+		{55, 57, 51, 60, ""},
+		{51, 60, 51, 60, ""},
+		{0, 10, 51, 60, "holds entries 51..60; earlier ones were truncated"},
+		{0, 50, 51, 60, "holds entries 51..60; earlier ones were truncated"},
+		{61, 0, 51, 60, "holds entries 51..60; nothing at or after 61 yet"},
+		{0, 5, 61, 60, "holds no entries (the next is 61); earlier ones were truncated"},
+		{61, 0, 61, 60, "nothing at or after 61 yet"},
+		{0, 0, 1, 0, ""},
+	} {
+		got := dumpRangeNote(tc.from, tc.to, tc.first, tc.last)
+		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+			t.Errorf("from %d to %d, log %d..%d: note %q, want %q", tc.from, tc.to, tc.first, tc.last, got, tc.want)
+		}
+	}
+	out, stderr, err := runKvidx(t, "", "wal", "dump", fixtureDir, "--to", "3")
+	if err != nil || out != "" || !strings.Contains(stderr, "earlier ones were truncated") {
+		t.Fatalf("dump before the log: %v %q %q", err, out, stderr)
+	}
+	if _, stderr, err := runKvidx(t, "", "wal", "dump", fixtureDir); err != nil || stderr != "" {
+		t.Fatalf("whole dump: %v, stderr %q", err, stderr)
+	}
+}
