@@ -183,7 +183,7 @@ func Open(ctx context.Context, dir string, opts Options) (_ *Store, err error) {
 		WrapStore:     opts.WrapStore,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("data dir %s: %w", dir, err)
+		return nil, fmt.Errorf("data dir %s: %w%s", dir, err, s.damageCoveredHint(err))
 	}
 	s.report.TornBytesDropped = s.log.Stats().TornBytesDropped
 	if err := s.recover(ctx); err != nil {
@@ -419,4 +419,22 @@ func (s *Store) Close() error {
 		s.closeErr = errors.Join(s.log.Close(), s.lock.Unlock())
 	})
 	return s.closeErr
+}
+
+// damageCoveredHint adds to a refusal of damage inside the WAL the better
+// way out when a snapshot holds the damaged entry: cutting the entries
+// before it loses nothing acknowledged, where the cut the WAL's own message
+// names (after the damage) would leave the log ending before the snapshot.
+func (s *Store) damageCoveredHint(err error) string {
+	var de *wal.DamageError
+	if !errors.As(err, &de) {
+		return ""
+	}
+	snaps, lerr := snapshot.List(s.snapDir)
+	if lerr != nil || len(snaps) == 0 || snaps[0].Index < de.Entry {
+		return ""
+	}
+	return fmt.Sprintf("; but snapshot %s holds every entry up to %d, the damaged entry %d included: if it is good, "+
+		"kvidx wal repair %s --truncate-before %d --yes removes the entries up to %d instead (it verifies that snapshot first), and loses nothing acknowledged",
+		filepath.Base(snaps[0].Path), snaps[0].Index, de.Entry, s.dir, snaps[0].Index+1, snaps[0].Index)
 }

@@ -53,8 +53,11 @@
 // [Stats].TornBytesDropped. If a valid entry follows the damage, the damage
 // is in the middle: Open refuses with an error naming the segment file and
 // byte offset. Damage found while reading ([Log.Entries]) is reported the
-// same way ([ErrCorrupt]), never skipped. [RepairTruncateAfter] is the
-// operator's explicit cut; it keeps a copy of what it removes.
+// same way ([ErrCorrupt]), never skipped; damage Open refuses is a
+// [DamageError] naming the entry. [RepairTruncateAfter] and
+// [RepairTruncateBefore] are the operator's explicit cuts (after the
+// damage, losing what follows, or before it, when a snapshot holds what
+// precedes); they keep a copy of what they remove.
 //
 // # Read-only access
 //

@@ -289,7 +289,7 @@ func walk(dir string, from, to uint64, fn func(Entry) error) (Layout, error) {
 				for p := good + 1; p < len(data); p++ {
 					if validEntryAt(data[p:]) {
 						lay.Segments = append(lay.Segments, info)
-						return lay, corruptionError(dir, s.name, good, p, lay.LastIndex+1)
+						return lay, &DamageError{Dir: dir, Segment: s.name, Offset: int64(good), Next: int64(p), Entry: lay.LastIndex + 1}
 					}
 				}
 				lay.TornSegment, lay.TornOffset, lay.TornBytes = s.name, int64(good), int64(len(data)-good)

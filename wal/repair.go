@@ -130,7 +130,7 @@ func repairTail(dir string, logger *slog.Logger) (int64, error) {
 	}
 	for p := good + 1; p < len(data); p++ {
 		if validEntryAt(data[p:]) {
-			return 0, corruptionError(dir, name, good, p, first+uint64(count))
+			return 0, &DamageError{Dir: dir, Segment: name, Offset: int64(good), Next: int64(p), Entry: first + uint64(count)}
 		}
 	}
 	dropped := int64(len(data) - good)
@@ -409,13 +409,152 @@ func copyFile(src, dst string) (created bool, err error) {
 	return true, err
 }
 
-// corruptionError is the refusal of damage inside the log: the entry at
-// offset good of segment name (index bad) does not frame, and a valid entry
-// starts at offset next. It names the operator's way out, kvidx wal repair,
-// with the INDEX that keeps every entry before the damaged one.
-func corruptionError(dir, name string, good, next int, bad uint64) error {
-	return fmt.Errorf("wal %s: segment %s offset %d: entry %d is invalid and followed by a valid entry at offset %d "+
+// DamageError is the refusal of damage inside the log, from [Open] and
+// from the read-only [Scan] and [Inspect]: entry Entry, at byte Offset of
+// segment file Segment, is invalid, and a valid entry starts at byte Next.
+// It matches [ErrCorrupt]. Its message names the operator's way out: kvidx
+// wal repair, cutting before the damaged entry.
+type DamageError struct {
+	Dir, Segment string
+	Offset, Next int64
+	Entry        uint64
+}
+
+func (e *DamageError) Error() string {
+	return fmt.Sprintf("wal %s: segment %s offset %d: entry %d is invalid and followed by a valid entry at offset %d "+
 		"(damage inside the log, not a torn tail); to drop entry %d and every later one, stop kvidx and run "+
-		"kvidx wal repair DATA_DIR --truncate-after %d --yes (it keeps a copy of what it cuts): %w",
-		dir, name, good, bad, next, bad, bad-1, ErrCorrupt)
+		"kvidx wal repair DATA_DIR --truncate-after %d --yes (it keeps a copy of what it cuts): %v",
+		e.Dir, e.Segment, e.Offset, e.Entry, e.Next, e.Entry, e.Entry-1, ErrCorrupt)
+}
+
+func (e *DamageError) Unwrap() error { return ErrCorrupt }
+
+// RepairTruncateBefore removes, offline, every entry before index from the
+// log in dir: the entries a snapshot at index-1 or later already holds,
+// damaged or not. Every segment file it changes or deletes is first copied
+// to backupDir, as [RepairTruncateAfter] does. index may lie past the
+// log's last whole entry: the log is then left empty, and its next entry
+// gets index. When the last segment's framing breaks before index, the
+// entries after the break cannot be located; they are dropped with the
+// rest, and unlocated is how many bytes that was. The caller checks that a
+// snapshot covers what is removed; without one, recovery refuses the log.
+// It takes the directory lock, so no Log may have dir open, and it walks
+// tidwall/wal's framing only, up to entry index.
+//
+// It writes the kept part of the segment holding index as tidwall/wal's
+// TruncateFront does: a new segment named index with the .START suffix,
+// fsynced, then the segments before it are deleted and it is renamed. A
+// crash midway leaves a log that Open (tidwall/wal's own recovery of an
+// interrupted TruncateFront) finishes cutting.
+func RepairTruncateBefore(dir string, index uint64, backupDir string) (unlocated int64, err error) {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return 0, fmt.Errorf("wal %s: %w", dir, err)
+	}
+	if !fi.IsDir() {
+		return 0, fmt.Errorf("wal %s: not a directory", dir)
+	}
+	lock, err := LockDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	defer func() {
+		if uerr := lock.Unlock(); err == nil {
+			err = uerr
+		}
+	}()
+	segs, err := listSegments(dir)
+	if err != nil {
+		return 0, fmt.Errorf("wal %s: %w", dir, err)
+	}
+	for _, s := range segs {
+		if s.kind != "" {
+			return 0, fmt.Errorf("wal %s: segment %s: an interrupted truncation is pending; open the log once (or finish it by hand) first: %w", dir, s.name, ErrCorrupt)
+		}
+	}
+	if len(segs) == 0 {
+		return 0, fmt.Errorf("wal %s: no segments", dir)
+	}
+	if index <= segs[0].index {
+		return 0, fmt.Errorf("wal %s: index %d is not after the first entry %d: nothing to cut", dir, index, segs[0].index)
+	}
+	// The segment holding entry index (the last one starting at or before
+	// it), and the offset of that entry in it; past the log's end, nothing
+	// is kept.
+	si := 0
+	for i := range segs {
+		if segs[i].index <= index {
+			si = i
+		}
+	}
+	seg := segs[si]
+	data, err := os.ReadFile(filepath.Join(dir, seg.name))
+	if err != nil {
+		return 0, fmt.Errorf("wal %s: segment %s: %w", dir, seg.name, err)
+	}
+	framed, whole := 0, uint64(0) // bytes and entries of the segment's whole frames
+	for {
+		_, n, ok := nextEntry(data[framed:])
+		if !ok {
+			break
+		}
+		framed += n
+		whole++
+	}
+	var kept []byte
+	if si < len(segs)-1 || index-seg.index < whole {
+		off := 0
+		for i := seg.index; i < index; i++ {
+			_, n, ok := nextEntry(data[off:])
+			if !ok {
+				return 0, fmt.Errorf("wal %s: segment %s offset %d: entry %d is not complete, cannot find entry %d: %w", dir, seg.name, off, i, index, ErrCorrupt)
+			}
+			off += n
+		}
+		kept = data[off:]
+	} else {
+		// Past the end: everything goes, and the log restarts at index.
+		si = len(segs) - 1
+		unlocated = int64(len(data) - framed)
+	}
+	if err := backupSegments(dir, backupDir, segs[:si+1]); err != nil {
+		return 0, err
+	}
+	final := fmt.Sprintf("%020d", index)
+	start := filepath.Join(dir, final+".START")
+	if err := writeSync(start, kept); err != nil {
+		return 0, fmt.Errorf("wal %s: segment %s: %w", dir, final+".START", err)
+	}
+	if err := syncDir(dir); err != nil {
+		return 0, err
+	}
+	for _, s := range segs[:si+1] {
+		if err := os.Remove(filepath.Join(dir, s.name)); err != nil {
+			return 0, fmt.Errorf("wal %s: segment %s: %w", dir, s.name, err)
+		}
+	}
+	if err := syncDir(dir); err != nil {
+		return 0, err
+	}
+	if err := os.Rename(start, filepath.Join(dir, final)); err != nil {
+		return 0, fmt.Errorf("wal %s: segment %s: %w", dir, final, err)
+	}
+	return unlocated, syncDir(dir)
+}
+
+// writeSync writes data to a new file at path and fsyncs it.
+func writeSync(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o640)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

@@ -77,19 +77,27 @@ func cloneDir(t *testing.T, dir string) string {
 // checkPrefix opens dir and checks that it holds exactly want[:n].
 func checkPrefix(t *testing.T, dir string, want [][]engine.Event, n int) *Log {
 	t.Helper()
+	return checkRange(t, dir, want, 1, uint64(n))
+}
+
+// checkRange opens dir and checks that it holds exactly entries from..to,
+// equal to want's (want[i] is entry i+1).
+func checkRange(t *testing.T, dir string, want [][]engine.Event, from, to uint64) *Log {
+	t.Helper()
 	l, err := Open(dir, quietOpts())
 	if err != nil {
 		t.Fatalf("open: %v", err)
 	}
-	es := readAll(t, l, 0)
-	if len(es) != n {
+	first, _ := l.FirstIndex()
+	last, _ := l.LastIndex()
+	if first != from || last != to {
 		l.Close()
-		t.Fatalf("%d entries survive, want %d", len(es), n)
+		t.Fatalf("log holds entries %d..%d, want %d..%d", first, last, from, to)
 	}
-	for i, e := range es {
-		if !reflect.DeepEqual(e.Events, normalize(want[i])) {
+	for _, e := range readAll(t, l, first) {
+		if !reflect.DeepEqual(e.Events, normalize(want[e.Index-1])) {
 			l.Close()
-			t.Fatalf("entry %d differs", i+1)
+			t.Fatalf("entry %d differs", e.Index)
 		}
 	}
 	return l
@@ -527,4 +535,93 @@ func TestMiddleDamageNamesTheRepair(t *testing.T) {
 			checkPrefix(t, dir, want, damaged-1).Close()
 		})
 	}
+}
+
+// TestRepairTruncateBefore cuts the front of a log of many segments: at an
+// entry inside a segment, at a segment's first entry, one past the last
+// entry (an empty log that continues there), and past a last segment whose
+// framing breaks (the bytes after the break cannot be located).
+func TestRepairTruncateBefore(t *testing.T) {
+	const n = 30
+	tests := []struct {
+		name       string
+		before     uint64
+		breakTail  bool // damage the last segment's framing first
+		unlocated  bool
+		firstEntry uint64 // of the log after the cut
+	}{
+		{"inside a segment", 17, false, false, 17},
+		{"the last entry", n, false, false, n},
+		{"one past the end", n + 1, false, false, n + 1},
+		{"past the end", n + 50, false, false, n + 50},
+		{"past a broken tail", n + 1, true, true, n + 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			src, want := buildLog(t, n, 300)
+			segs, _ := listSegments(src)
+			if tt.breakTail {
+				tail := filepath.Join(src, segs[len(segs)-1].name)
+				data, _ := os.ReadFile(tail)
+				data[0] = 0xff // a length prefix past the segment's end
+				os.WriteFile(tail, data, 0o640)
+			}
+			backup := filepath.Join(t.TempDir(), "backup")
+			unlocated, err := RepairTruncateBefore(src, tt.before, backup)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (unlocated > 0) != tt.unlocated {
+				t.Fatalf("unlocated %d bytes", unlocated)
+			}
+			// Every segment before the one holding the cut is kept in the backup.
+			for _, s := range segs {
+				if s.index < min(tt.before, segs[len(segs)-1].index) {
+					if _, err := os.Stat(filepath.Join(backup, s.name)); err != nil {
+						t.Errorf("segment %s not backed up: %v", s.name, err)
+					}
+				}
+			}
+			last := max(n, tt.before-1)
+			l := checkRange(t, src, want, tt.firstEntry, last)
+			defer l.Close()
+			if idx, err := l.Append(context.Background(), nil, nil); err != nil || idx != last+1 {
+				t.Fatalf("append after the cut: %d, %v; want %d", idx, err, last+1)
+			}
+		})
+	}
+}
+
+func TestRepairTruncateBeforeRefuses(t *testing.T) {
+	src, _ := buildLog(t, 10, 300)
+	for _, before := range []uint64{0, 1} {
+		if _, err := RepairTruncateBefore(src, before, filepath.Join(t.TempDir(), "b")); err == nil || !strings.Contains(err.Error(), "nothing to cut") {
+			t.Errorf("before %d: %v, want nothing to cut", before, err)
+		}
+	}
+	if _, err := RepairTruncateBefore(filepath.Join(src, "nope"), 5, t.TempDir()); err == nil {
+		t.Error("a missing directory was accepted")
+	}
+}
+
+// TestInterruptedTruncateBefore: a crash after the new first segment is
+// written (as NAME.START) and before the older segments are deleted leaves
+// a log that Open finishes cutting.
+func TestInterruptedTruncateBefore(t *testing.T) {
+	const n, before = 30, 17
+	src, want := buildLog(t, n, 300)
+	segs, _ := listSegments(src)
+	var holder segFile
+	for _, s := range segs {
+		if s.index <= before {
+			holder = s
+		}
+	}
+	data, _ := os.ReadFile(filepath.Join(src, holder.name))
+	ends := entryEnds(t, data)
+	off := endOr0(ends, int(before-holder.index))
+	if err := os.WriteFile(filepath.Join(src, fmt.Sprintf("%020d.START", before)), data[off:], 0o640); err != nil {
+		t.Fatal(err)
+	}
+	checkRange(t, src, want, before, n).Close()
 }

@@ -1,13 +1,17 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/kvidx/kvidx/recovery"
+	"github.com/kvidx/kvidx/snapshot"
 	"github.com/kvidx/kvidx/wal"
 )
 
@@ -25,33 +29,52 @@ running server. repair changes the log and needs the server stopped.`,
 
 func newWALRepairCmd() *cobra.Command {
 	var (
-		after  uint64
-		yes    bool
-		backup string
+		after, before uint64
+		yes           bool
+		backup        string
 	)
 	cmd := &cobra.Command{
-		Use:   "repair DATA_DIR --truncate-after INDEX --yes",
-		Short: "Cut a log damaged in the middle after a given entry",
-		Long: `Repair cuts the write-ahead log of DATA_DIR (its wal/ directory) after entry
-INDEX, removing every later entry, damaged or not. kvidx repairs a torn tail by
-itself when it opens a log; it refuses, naming the segment and offset, to cut
-damage that valid entries follow, because those entries were acknowledged.
-This command is the operator's explicit decision to lose them: pick INDEX just
-before the damaged entry the error names.
+		Use:   "repair DATA_DIR (--truncate-after INDEX | --truncate-before INDEX) --yes",
+		Short: "Cut a log damaged in the middle, after or before a given entry",
+		Long: `Repair cuts the write-ahead log of DATA_DIR (its wal/ directory). kvidx
+repairs a torn tail by itself when it opens a log; it refuses, naming the
+segment, offset and entry, to cut damage that valid entries follow, because
+those entries were acknowledged. This command is the operator's explicit cut:
+
+--truncate-after INDEX removes every entry after INDEX, damaged or not: pick
+INDEX just before the damaged entry the error names. The entries removed are
+lost. It refuses when a snapshot is newer than INDEX (the log would end before
+it, and kvidx would refuse to start): then use --truncate-before.
+
+--truncate-before INDEX removes every entry before INDEX, damaged or not, when
+a snapshot of DATA_DIR at WAL index INDEX-1 or later holds them: nothing
+acknowledged is lost. The repair first verifies such a snapshot (every chunk
+and checksum) and refuses without one. Pick INDEX one past the snapshot's index,
+which the startup error names when a snapshot holds the damaged entry. INDEX
+may lie past the log's end: the log is then emptied, and continues at INDEX.
 
 Every segment file the cut changes or deletes is first copied to --backup
 (default DATA_DIR/wal-backup-<time>) and fsynced; nothing is cut otherwise. A
 file already in --backup is never overwritten (the repair refuses, naming it),
 and --backup may not be DATA_DIR/wal itself. Nothing happens without --yes. The data
 directory must not be open in a running kvidx (the command takes its lock).`,
-		Example: `  kvidx wal repair ./kvidx-data --truncate-after 41234 --yes`,
-		Args:    cobra.ExactArgs(1),
+		Example: `  kvidx wal repair ./kvidx-data --truncate-after 41234 --yes
+  kvidx wal repair ./kvidx-data --truncate-before 50001 --yes`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if !cmd.Flags().Changed("truncate-after") {
-				return errors.New("wal repair: --truncate-after INDEX is required")
+			setAfter, setBefore := cmd.Flags().Changed("truncate-after"), cmd.Flags().Changed("truncate-before")
+			switch {
+			case setAfter && setBefore:
+				return errors.New("wal repair: give --truncate-after or --truncate-before, not both")
+			case !setAfter && !setBefore:
+				return errors.New("wal repair: --truncate-after INDEX or --truncate-before INDEX is required")
 			}
 			if !yes {
-				return fmt.Errorf("wal repair: this removes every entry after %d from %s; run again with --yes to do it", after, args[0])
+				what := fmt.Sprintf("every entry after %d", after)
+				if setBefore {
+					what = fmt.Sprintf("every entry before %d", before)
+				}
+				return fmt.Errorf("wal repair: this removes %s from %s; run again with --yes to do it", what, args[0])
 			}
 			dir, err := walDirOf(args[0])
 			if err != nil {
@@ -60,15 +83,81 @@ directory must not be open in a running kvidx (the command takes its lock).`,
 			if backup == "" {
 				backup = filepath.Join(args[0], "wal-backup-"+time.Now().UTC().Format("20060102T150405Z"))
 			}
-			if err := wal.RepairTruncateAfter(dir, after, backup); err != nil {
+			out := cmd.OutOrStdout()
+			if setAfter {
+				// A snapshot past the cut would stop the next start: the WAL
+				// would end before it.
+				snaps, err := snapshot.List(filepath.Join(args[0], recovery.SnapshotDirName))
+				if err != nil {
+					return fmt.Errorf("wal repair: %w", err)
+				}
+				if len(snaps) > 0 && snaps[0].Index > after {
+					return fmt.Errorf("wal repair: snapshot %s is at WAL index %d, after entry %d: cut there, the log would end before it and kvidx would refuse to start; "+
+						"use --truncate-before %d to drop the entries that snapshot holds instead, or move the snapshot out of %s first",
+						filepath.Base(snaps[0].Path), snaps[0].Index, after, snaps[0].Index+1, filepath.Dir(snaps[0].Path))
+				}
+				if err := wal.RepairTruncateAfter(dir, after, backup); err != nil {
+					return fmt.Errorf("wal repair: %w", err)
+				}
+				_, err = fmt.Fprintf(out, "cut %s after entry %d; what was cut is kept in %s\n", dir, after, backup)
+				return err
+			}
+			snap, err := coveringSnapshot(cmd.Context(), args[0], before)
+			if err != nil {
 				return fmt.Errorf("wal repair: %w", err)
 			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "cut %s after entry %d; what was cut is kept in %s\n", dir, after, backup)
+			unlocated, err := wal.RepairTruncateBefore(dir, before, backup)
+			if err != nil {
+				return fmt.Errorf("wal repair: %w", err)
+			}
+			if unlocated > 0 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "kvidx wal repair: the last segment's framing broke %d bytes before its end: the entries there could not be located and were removed with the rest (kept in %s)\n", unlocated, backup)
+			}
+			_, err = fmt.Fprintf(out, "cut %s before entry %d (%s holds every entry up to %d); what was cut is kept in %s\n",
+				dir, before, filepath.Base(snap.Path), snap.Index, backup)
 			return err
 		},
 	}
 	cmd.Flags().Uint64Var(&after, "truncate-after", 0, "keep entries up to and including this WAL index")
+	cmd.Flags().Uint64Var(&before, "truncate-before", 0, "keep entries from this WAL index on (a snapshot must hold the ones before)")
 	cmd.Flags().BoolVar(&yes, "yes", false, "really cut the log")
 	cmd.Flags().StringVar(&backup, "backup", "", "directory for copies of the segments the cut changes (default DATA_DIR/wal-backup-<time>)")
 	return cmd
+}
+
+// coveringSnapshot returns the newest snapshot of dataDir at WAL index
+// before-1 or later that verifies whole, or an error saying why none does:
+// removing the entries before index is safe only when it holds them.
+func coveringSnapshot(ctx context.Context, dataDir string, before uint64) (snapshot.File, error) {
+	if before == 0 {
+		return snapshot.File{}, errors.New("--truncate-before 0: WAL indexes start at 1")
+	}
+	snaps, err := snapshot.List(filepath.Join(dataDir, recovery.SnapshotDirName))
+	if err != nil {
+		return snapshot.File{}, err
+	}
+	var why []string
+	for _, f := range snaps { // newest first
+		if f.Index+1 < before {
+			break
+		}
+		r, err := snapshot.Open(f.Path)
+		if err == nil {
+			if m := r.Meta(); m.Index != f.Index {
+				err = fmt.Errorf("its meta says WAL index %d", m.Index)
+			} else {
+				err = r.Verify(ctx)
+			}
+			r.Close()
+		}
+		if err == nil {
+			return f, nil
+		}
+		why = append(why, fmt.Sprintf("%s: %v", filepath.Base(f.Path), err))
+	}
+	msg := fmt.Sprintf("no snapshot of %s at WAL index %d or later verifies, so removing the entries before %d would lose them", dataDir, before-1, before)
+	if len(why) > 0 {
+		msg += " (" + strings.Join(why, "; ") + ")"
+	}
+	return snapshot.File{}, errors.New(msg)
 }

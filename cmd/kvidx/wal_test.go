@@ -38,8 +38,12 @@ func TestWALRepair(t *testing.T) {
 		args    []string
 		wantErr string
 	}{
-		{"no index", []string{"wal", "repair", data, "--yes"}, "--truncate-after INDEX is required"},
+		{"no index", []string{"wal", "repair", data, "--yes"}, "--truncate-after INDEX or --truncate-before INDEX is required"},
+		{"both", []string{"wal", "repair", data, "--truncate-after", "3", "--truncate-before", "2", "--yes"}, "not both"},
 		{"no yes", []string{"wal", "repair", data, "--truncate-after", "3"}, "run again with --yes"},
+		{"no yes, before", []string{"wal", "repair", data, "--truncate-before", "3"}, "every entry before 3"},
+		{"before 0", []string{"wal", "repair", data, "--truncate-before", "0", "--yes"}, "WAL indexes start at 1"},
+		{"no snapshot", []string{"wal", "repair", data, "--truncate-before", "3", "--yes"}, "no snapshot"},
 		{"no dir", []string{"wal", "repair"}, "accepts 1 arg"},
 	}
 	for _, tt := range tests {
@@ -140,5 +144,89 @@ func TestWALRepairAfterMiddleDamage(t *testing.T) {
 	}
 	if idx, _, err := s.Append(context.Background(), nil, nil); err != nil || idx != 5 {
 		t.Fatalf("append after the repair: %d, %v", idx, err)
+	}
+}
+
+// TestWALRepairBeforeCoveredDamage: the damaged entry is one a snapshot
+// already holds. Recovery refuses and names --truncate-before, which drops
+// the entries up to that snapshot and loses nothing; --truncate-after would
+// leave the log ending before the snapshot.
+func TestWALRepairBeforeCoveredDamage(t *testing.T) {
+	data := t.TempDir()
+	ctx := context.Background()
+	opts := recovery.Options{Sync: wal.SyncNone, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	s, err := recovery.Open(ctx, data, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs []engine.Event
+	appendOne := func(i int) {
+		ev := engine.Event{Worker: engine.WorkerKey{WorkerID: 1}, Kind: engine.KindStored, Blocks: []engine.Block{{BlockHash: uint64(i), TokensHash: 7}}}
+		evs = append(evs, ev)
+		if _, _, err := s.Append(ctx, []engine.Event{ev}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	appendOne(1)
+	if _, _, err := s.Snapshot(ctx); err != nil {
+		t.Fatal(err)
+	}
+	appendOne(2)
+	appendOne(3)
+	if _, idx, err := s.Snapshot(ctx); err != nil || idx != 3 {
+		t.Fatal(idx, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The WAL now starts at entry 2 (snapshot 1 covers entry 1): flip a CRC
+	// byte of entry 2, which entry 3 follows.
+	seg := filepath.Join(data, "wal", fmt.Sprintf("%020d", 2))
+	b, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[3] ^= 0x01
+	if err := os.WriteFile(seg, b, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	_, err = recovery.Open(ctx, data, opts)
+	if !errors.Is(err, wal.ErrCorrupt) || !strings.Contains(err.Error(), "--truncate-before 4 --yes") {
+		t.Fatalf("open: %v, want ErrCorrupt naming --truncate-before 4", err)
+	}
+	t.Log(err)
+	backup := filepath.Join(t.TempDir(), "backup")
+	if _, _, err := runKvidx(t, "", "wal", "repair", data, "--truncate-after", "1", "--yes", "--backup", backup); err == nil ||
+		!strings.Contains(err.Error(), "use --truncate-before 4") {
+		t.Fatalf("a cut that leaves the log behind a snapshot: %v, want a refusal naming --truncate-before 4", err)
+	}
+	if _, _, err := runKvidx(t, "", "wal", "repair", data, "--truncate-before", "10", "--yes", "--backup", backup); err == nil ||
+		!strings.Contains(err.Error(), "no snapshot") {
+		t.Fatalf("a cut no snapshot covers: %v, want a refusal", err)
+	}
+	stdout, _, err := runKvidx(t, "", "wal", "repair", data, "--truncate-before", "4", "--yes", "--backup", backup)
+	if err != nil || !strings.Contains(stdout, "before entry 4") {
+		t.Fatalf("repair: %v, %q", err, stdout)
+	}
+	if _, err := os.Stat(filepath.Join(backup, filepath.Base(seg))); err != nil {
+		t.Fatalf("the cut segment was not kept: %v", err)
+	}
+	s, err = recovery.Open(ctx, data, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if r := s.Report(); r.SnapshotUsed.Index != 3 || r.ReplayedEntries != 0 {
+		t.Fatalf("report after the repair: %+v", r)
+	}
+	want := engine.New()
+	for i := range evs {
+		want.Apply(&evs[i])
+	}
+	if got := s.Index().Stats(); got != want.Stats() {
+		t.Fatalf("index after the repair: %+v, want %+v", got, want.Stats())
+	}
+	if idx, _, err := s.Append(ctx, nil, nil); err != nil || idx != 4 {
+		t.Fatalf("append after the repair: %d, %v; want 4", idx, err)
 	}
 }
