@@ -11,6 +11,14 @@ import (
 	"github.com/kvidx/kvidx/workload"
 )
 
+// loadgen generates its whole workload before the run, about
+// loadRequestBytes a request: maxLoadRequests (about 8 GB) keeps a large
+// --duplicate from filling the machine's memory before anything is sent.
+const (
+	loadRequestBytes = 4 << 10
+	maxLoadRequests  = 2 << 20
+)
+
 func newLoadgenCmd() *cobra.Command {
 	var (
 		target    string
@@ -42,7 +50,8 @@ latency and how long events trailed their match. The client is a minimal
 keep-alive HTTP/1.1 client (plain http:// only), so that most of the CPU
 the two share goes to the server being measured. The whole workload is
 generated before the run, in memory: about 4 KB per request (--duplicate
-160, 639k requests, takes 2.6 GB and half a minute).
+160, 639k requests, takes 2.6 GB and half a minute); more than 2M requests
+are refused.
 
 The target must start empty of these workers (e.g. a fresh data directory),
 or events will be rejected.`,
@@ -66,6 +75,10 @@ or events will be rejected.`,
 			tr, err := loadTrace(tracePath)
 			if err != nil {
 				return fmt.Errorf("loadgen: %w", err)
+			}
+			if n := workload.NumRequests(tr, cfg.Duplicate); n > maxLoadRequests {
+				return fmt.Errorf("loadgen: --duplicate %d makes %d requests, about %d GB generated in memory before the run; at most %d requests (--duplicate %d with this trace)",
+					cfg.Duplicate, n, int64(n)*loadRequestBytes>>30, maxLoadRequests, maxLoadRequests/max(workload.NumRequests(tr, 1), 1))
 			}
 			stderr := cmd.ErrOrStderr()
 			tty := isTerminalWriter(stderr)

@@ -252,6 +252,7 @@ func TestCLIRefusesBadArguments(t *testing.T) {
 		{"loadgen", "--concurrency", "0"},
 		{"loadgen", "--posters", "0"},
 		{"loadgen", "--duration", "0"},
+		{"loadgen", "--duplicate", "100000"},
 		{"bench", "--workers", "2147483647"},
 		{"inspect", "summ"},
 		{"wal", "foo"},
