@@ -109,9 +109,10 @@ func planRecovery(ctx context.Context, dir string, load bool, progress io.Writer
 	if !fi.IsDir() {
 		return nil, nil, fmt.Errorf("data dir %s: not a directory", dir)
 	}
-	p := &recoveryPlan{walDir: filepath.Join(dir, recovery.WALDirName)}
+	// Lists are [] in JSON when empty, as every list kvidx prints is.
+	p := &recoveryPlan{walDir: filepath.Join(dir, recovery.WALDirName), Skipped: []skipped{}, TempFiles: []string{}}
 	if p.Format, p.FormatProblem, err = checkFormatFile(dir); err != nil {
-		return nil, nil, fmt.Errorf("data dir %s: %w", dir, err)
+		return nil, nil, err // it names the data dir
 	}
 	lay, lerr := wal.Inspect(p.walDir)
 	p.layout = lay

@@ -55,6 +55,11 @@ func TestDryRunNoSnapshotAndRefusal(t *testing.T) {
 	if !strings.Contains(js, `"holder_blocks": `+itoa(want.HolderBlocks)) || !strings.Contains(js, `"entries": `+itoa(want.Entries)) {
 		t.Fatalf("summary %s, want %+v", js, want)
 	}
+	// Empty lists are [], not null.
+	js, _, err = runKvidx(t, "", "recover", "--data-dir", dir, "--dry-run", "--json")
+	if err != nil || !strings.Contains(js, `"snapshots_skipped": []`) || !strings.Contains(js, `"temp_files_to_remove": []`) {
+		t.Fatalf("%v\n%s", err, js)
+	}
 	// The snapshots survive but the WAL is lost: a restart refuses.
 	dir2 := t.TempDir()
 	copyTree(t, fixtureDir, dir2)
@@ -282,6 +287,18 @@ func TestInspectMatchListElements(t *testing.T) {
 		}
 		if err == nil || !strings.Contains(err.Error(), tc.wantErr) || out != "" {
 			t.Errorf("%q: err %v, out %q; want an error with %q", tc.args, err, out, tc.wantErr)
+		}
+	}
+}
+
+// An error found reading a data directory names it once.
+func TestDataDirNamedOnce(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "wal"), []byte("x"), 0o644)
+	for _, args := range [][]string{{"recover", "--data-dir", dir, "--dry-run"}, {"inspect", "summary", dir}} {
+		_, _, err := runKvidx(t, "", args...)
+		if err == nil || strings.Count(err.Error(), "data dir "+dir) != 1 {
+			t.Errorf("%v: %v, want an error naming the data dir once", args, err)
 		}
 	}
 }
