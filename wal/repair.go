@@ -442,8 +442,9 @@ func (e *DamageError) Unwrap() error { return ErrCorrupt }
 // tidwall/wal's framing only, up to entry index.
 //
 // It writes the kept part of the segment holding index as tidwall/wal's
-// TruncateFront does: a new segment named index with the .START suffix,
-// fsynced, then the segments before it are deleted and it is renamed. A
+// TruncateFront does: a new segment named index with the .START suffix
+// (written whole and fsynced under a temporary name first), then the
+// segments before it are deleted and it is renamed. A
 // crash midway leaves a log that Open (tidwall/wal's own recovery of an
 // interrupted TruncateFront) finishes cutting.
 func RepairTruncateBefore(dir string, index uint64, backupDir string) (unlocated int64, err error) {
@@ -522,7 +523,21 @@ func RepairTruncateBefore(dir string, index uint64, backupDir string) (unlocated
 	}
 	final := fmt.Sprintf("%020d", index)
 	start := filepath.Join(dir, final+".START")
-	if err := writeSync(start, kept); err != nil {
+	// The .START file must be whole once it has its name: tidwall/wal's
+	// Open deletes every segment before it, whatever it holds. It is
+	// written under a name Open ignores, fsynced, then renamed (as
+	// tidwall's own TruncateFront does).
+	tmp := start + ".TEMP"
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return 0, fmt.Errorf("wal %s: %w", dir, err)
+	}
+	if err := writeSync(tmp, kept); err != nil {
+		os.Remove(tmp)
+		return 0, fmt.Errorf("wal %s: segment %s: %w", dir, final+".START", err)
+	}
+	crashPoint("written", tmp)
+	if err := os.Rename(tmp, start); err != nil {
+		os.Remove(tmp)
 		return 0, fmt.Errorf("wal %s: segment %s: %w", dir, final+".START", err)
 	}
 	if err := syncDir(dir); err != nil {
@@ -532,6 +547,7 @@ func RepairTruncateBefore(dir string, index uint64, backupDir string) (unlocated
 		if err := os.Remove(filepath.Join(dir, s.name)); err != nil {
 			return 0, fmt.Errorf("wal %s: segment %s: %w", dir, s.name, err)
 		}
+		crashPoint("removed", filepath.Join(dir, s.name))
 	}
 	if err := syncDir(dir); err != nil {
 		return 0, err
@@ -540,6 +556,17 @@ func RepairTruncateBefore(dir string, index uint64, backupDir string) (unlocated
 		return 0, fmt.Errorf("wal %s: segment %s: %w", dir, final, err)
 	}
 	return unlocated, syncDir(dir)
+}
+
+// crashHook, when set (tests), is called at the steps of
+// [RepairTruncateBefore] with the file the step wrote or removed; it may
+// change the directory as a crash there would leave it, and panic.
+var crashHook func(step, path string)
+
+func crashPoint(step, path string) {
+	if crashHook != nil {
+		crashHook(step, path)
+	}
 }
 
 // writeSync writes data to a new file at path and fsyncs it.

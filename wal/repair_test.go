@@ -625,3 +625,79 @@ func TestInterruptedTruncateBefore(t *testing.T) {
 	}
 	checkRange(t, src, want, before, n).Close()
 }
+
+// errCrash is what a crashHook panics with: the process died there.
+var errCrash = errors.New("simulated crash")
+
+// crashRepairBefore runs RepairTruncateBefore with a crash at the nth call
+// of step; at the step "written" the file just written is first cut to half
+// its size (it was not fsynced yet, or the crash came mid-write). It
+// reports whether the crash happened.
+func crashRepairBefore(t *testing.T, dir string, before uint64, step string, nth int) (crashed bool) {
+	t.Helper()
+	calls := 0
+	crashHook = func(s, path string) {
+		if s != step {
+			return
+		}
+		if calls++; calls != nth {
+			return
+		}
+		if s == "written" {
+			fi, err := os.Stat(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Truncate(path, fi.Size()/2); err != nil {
+				t.Fatal(err)
+			}
+		}
+		crashed = true
+		panic(errCrash)
+	}
+	defer func() {
+		crashHook = nil
+		if v := recover(); v != nil && v != errCrash {
+			panic(v)
+		}
+	}()
+	if _, err := RepairTruncateBefore(dir, before, filepath.Join(t.TempDir(), "backup")); err != nil {
+		t.Fatal(err)
+	}
+	return crashed
+}
+
+// TestRepairTruncateBeforeCrash: whatever step of RepairTruncateBefore a
+// crash interrupts, even the write of the new first segment, Open finds
+// either the log as it was or the cut finished, never fewer entries.
+func TestRepairTruncateBeforeCrash(t *testing.T) {
+	const n = 30
+	for _, before := range []uint64{17, n} { // inside a middle segment; inside the last one
+		for _, step := range []string{"written", "removed"} {
+			for nth := 1; ; nth++ {
+				src, want := buildLog(t, n, 300)
+				if !crashRepairBefore(t, src, before, step, nth) {
+					break
+				}
+				t.Run(fmt.Sprintf("before=%d/%s#%d", before, step, nth), func(t *testing.T) {
+					l, err := Open(src, quietOpts())
+					if err != nil {
+						t.Fatalf("open after the crash: %v", err)
+					}
+					first, _ := l.FirstIndex()
+					l.Close()
+					if first != 1 {
+						first = before
+					}
+					checkRange(t, src, want, first, n).Close()
+					if first == 1 { // nothing was cut: the repair runs again
+						if _, err := RepairTruncateBefore(src, before, filepath.Join(t.TempDir(), "backup")); err != nil {
+							t.Fatalf("repair again: %v", err)
+						}
+						checkRange(t, src, want, before, n).Close()
+					}
+				})
+			}
+		}
+	}
+}
