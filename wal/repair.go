@@ -81,6 +81,21 @@ func nextEntry(b []byte) (payload []byte, n int, ok bool) {
 	return b[hn : hn+int(size)], hn + int(size), true
 }
 
+// ErrUnlocated is [RepairTruncateBefore]'s refusal to drop, unasked, valid
+// entries after a framing break whose indexes cannot be located.
+var ErrUnlocated = errors.New("entries after a framing break cannot be located")
+
+// nextValid returns the offset of the first complete valid entry starting
+// after b[off], or -1.
+func nextValid(b []byte, off int) int {
+	for p := off + 1; p < len(b); p++ {
+		if validEntryAt(b[p:]) {
+			return p
+		}
+	}
+	return -1
+}
+
 // validEntryAt reports whether a complete entry with a valid kvidx frame
 // starts at b[0].
 func validEntryAt(b []byte) bool {
@@ -435,8 +450,13 @@ func (e *DamageError) Unwrap() error { return ErrCorrupt }
 // to backupDir, as [RepairTruncateAfter] does. index may lie past the
 // log's last whole entry: the log is then left empty, and its next entry
 // gets index. When the last segment's framing breaks before index, the
-// entries after the break cannot be located; they are dropped with the
-// rest, and unlocated is how many bytes that was. The caller checks that a
+// entries after the break cannot be located: they may be entries index
+// and later. If valid entries follow the break, it refuses unless
+// dropUnlocated; then they are dropped with the rest, and unlocated is how
+// many bytes that was (bytes holding no valid entry, a torn tail, are
+// always dropped). It also refuses when the framing walk lands on no valid
+// entry at index but valid entries follow: the framing before index is
+// damaged, and the log's numbering cannot be trusted. The caller checks that a
 // snapshot covers what is removed; without one, recovery refuses the log.
 // It takes the directory lock, so no Log may have dir open, and it walks
 // tidwall/wal's framing only, up to entry index.
@@ -447,7 +467,7 @@ func (e *DamageError) Unwrap() error { return ErrCorrupt }
 // segments before it are deleted and it is renamed. A
 // crash midway leaves a log that Open (tidwall/wal's own recovery of an
 // interrupted TruncateFront) finishes cutting.
-func RepairTruncateBefore(dir string, index uint64, backupDir string) (unlocated int64, err error) {
+func RepairTruncateBefore(dir string, index uint64, backupDir string, dropUnlocated bool) (unlocated int64, err error) {
 	fi, err := os.Stat(dir)
 	if err != nil {
 		return 0, fmt.Errorf("wal %s: %w", dir, err)
@@ -512,11 +532,30 @@ func RepairTruncateBefore(dir string, index uint64, backupDir string) (unlocated
 			}
 			off += n
 		}
+		// The walk counts frames, damaged or not: a damaged length
+		// prefix before index makes it count garbage as entries, and
+		// the cut would land inside an entry, numbering every later
+		// one wrong (and Open would refuse the log again).
+		if !validEntryAt(data[off:]) {
+			if p := nextValid(data, off); p >= 0 {
+				return 0, fmt.Errorf("wal %s: segment %s offset %d: the framing before entry %d is damaged (offset %d holds no valid entry, one starts at offset %d): "+
+					"the entries from there on cannot be located, and a cut there would number them wrong; nothing was changed: %w",
+					dir, seg.name, off, index, off, p, ErrCorrupt)
+			}
+		}
 		kept = data[off:]
 	} else {
 		// Past the end: everything goes, and the log restarts at index.
 		si = len(segs) - 1
 		unlocated = int64(len(data) - framed)
+		// Valid entries after the break may be entries index and later,
+		// which no snapshot holds: dropping them needs the caller's word.
+		if p := nextValid(data, framed); p >= 0 && !dropUnlocated {
+			return 0, fmt.Errorf("wal %s: segment %s offset %d: the framing breaks after entry %d, and valid entries follow from offset %d: "+
+				"their indexes cannot be located, so they may be entries %d and later, which the cut must keep; nothing was changed "+
+				"(to drop them with the rest, a copy kept, the caller must allow it explicitly): %w (%w)",
+				dir, seg.name, framed, seg.index+whole-1, p, index, ErrUnlocated, ErrCorrupt)
+		}
 	}
 	if err := backupSegments(dir, backupDir, segs[:si+1]); err != nil {
 		return 0, err

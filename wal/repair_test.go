@@ -567,7 +567,7 @@ func TestRepairTruncateBefore(t *testing.T) {
 				os.WriteFile(tail, data, 0o640)
 			}
 			backup := filepath.Join(t.TempDir(), "backup")
-			unlocated, err := RepairTruncateBefore(src, tt.before, backup)
+			unlocated, err := RepairTruncateBefore(src, tt.before, backup, tt.unlocated)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -595,11 +595,11 @@ func TestRepairTruncateBefore(t *testing.T) {
 func TestRepairTruncateBeforeRefuses(t *testing.T) {
 	src, _ := buildLog(t, 10, 300)
 	for _, before := range []uint64{0, 1} {
-		if _, err := RepairTruncateBefore(src, before, filepath.Join(t.TempDir(), "b")); err == nil || !strings.Contains(err.Error(), "nothing to cut") {
+		if _, err := RepairTruncateBefore(src, before, filepath.Join(t.TempDir(), "b"), false); err == nil || !strings.Contains(err.Error(), "nothing to cut") {
 			t.Errorf("before %d: %v, want nothing to cut", before, err)
 		}
 	}
-	if _, err := RepairTruncateBefore(filepath.Join(src, "nope"), 5, t.TempDir()); err == nil {
+	if _, err := RepairTruncateBefore(filepath.Join(src, "nope"), 5, t.TempDir(), false); err == nil {
 		t.Error("a missing directory was accepted")
 	}
 }
@@ -661,7 +661,7 @@ func crashRepairBefore(t *testing.T, dir string, before uint64, step string, nth
 			panic(v)
 		}
 	}()
-	if _, err := RepairTruncateBefore(dir, before, filepath.Join(t.TempDir(), "backup")); err != nil {
+	if _, err := RepairTruncateBefore(dir, before, filepath.Join(t.TempDir(), "backup"), false); err != nil {
 		t.Fatal(err)
 	}
 	return crashed
@@ -691,7 +691,7 @@ func TestRepairTruncateBeforeCrash(t *testing.T) {
 					}
 					checkRange(t, src, want, first, n).Close()
 					if first == 1 { // nothing was cut: the repair runs again
-						if _, err := RepairTruncateBefore(src, before, filepath.Join(t.TempDir(), "backup")); err != nil {
+						if _, err := RepairTruncateBefore(src, before, filepath.Join(t.TempDir(), "backup"), false); err != nil {
 							t.Fatalf("repair again: %v", err)
 						}
 						checkRange(t, src, want, before, n).Close()
@@ -699,5 +699,54 @@ func TestRepairTruncateBeforeCrash(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// TestRepairTruncateBeforeUnlocatedAfterIndex: a damaged length prefix
+// breaks the one segment's framing before the cut, and valid entries follow
+// the break. They may be entries at or after the cut, which no snapshot
+// holds, and the frame walk cannot number them: the repair refuses and
+// changes nothing, whether the framing resynchronises on garbage (the walk
+// would land inside an entry) or breaks for good (the entries would be
+// dropped as unlocated, allowed only on request).
+func TestRepairTruncateBeforeUnlocatedAfterIndex(t *testing.T) {
+	const n = 30
+	for _, tt := range []struct {
+		name   string
+		prefix []byte // written over entry 1's length prefix
+		want   string
+	}{
+		{"framing resynchronises", []byte{0xff}, "cannot be located"},
+		{"framing breaks", []byte{0xff, 0xff, 0xff, 0x7f}, "cannot be located"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			src, want := buildLog(t, n, 1<<20) // one segment
+			segs, _ := listSegments(src)
+			path := filepath.Join(src, segs[0].name)
+			data, _ := os.ReadFile(path)
+			copy(data, tt.prefix)
+			if err := os.WriteFile(path, data, 0o640); err != nil {
+				t.Fatal(err)
+			}
+			before := dirFiles(t, src)
+			// A snapshot would hold entries 1..4; entries 5..n are in the
+			// bytes after the damage.
+			unlocated, err := RepairTruncateBefore(src, 5, filepath.Join(t.TempDir(), "backup"), false)
+			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("cut after damaged framing: unlocated %d, %v; want a refusal", unlocated, err)
+			}
+			t.Log(err)
+			if after := dirFiles(t, src); !reflect.DeepEqual(after, before) {
+				t.Fatal("the refused repair changed the log")
+			}
+			if tt.name == "framing breaks" {
+				// Allowed explicitly, they go, and the log continues at 5.
+				unlocated, err := RepairTruncateBefore(src, 5, filepath.Join(t.TempDir(), "backup"), true)
+				if err != nil || unlocated != int64(len(data)) {
+					t.Fatalf("allowed: unlocated %d, %v", unlocated, err)
+				}
+				checkRange(t, src, want, 5, 4).Close()
+			}
+		})
 	}
 }

@@ -30,7 +30,7 @@ running server. repair changes the log and needs the server stopped.`,
 func newWALRepairCmd() *cobra.Command {
 	var (
 		after, before uint64
-		yes           bool
+		yes, drop     bool
 		backup        string
 	)
 	cmd := &cobra.Command{
@@ -52,6 +52,10 @@ acknowledged is lost. The repair first verifies such a snapshot (every chunk
 and checksum) and refuses without one. Pick INDEX one past the snapshot's index,
 which the startup error names when a snapshot holds the damaged entry. INDEX
 may lie past the log's end: the log is then emptied, and continues at INDEX.
+When damage broke the log's framing before INDEX, the entries after the break
+cannot be numbered: they may be entries INDEX and later, which the snapshot
+does not hold, so the repair refuses; --drop-unlocated drops them with the
+rest (a copy kept) when their framing breaks for good.
 
 Every segment file the cut changes or deletes is first copied to --backup
 (default DATA_DIR/wal-backup-<time>) and fsynced; nothing is cut otherwise. A
@@ -106,7 +110,10 @@ directory must not be open in a running kvidx (the command takes its lock).`,
 			if err != nil {
 				return fmt.Errorf("wal repair: %w", err)
 			}
-			unlocated, err := wal.RepairTruncateBefore(dir, before, backup)
+			unlocated, err := wal.RepairTruncateBefore(dir, before, backup, drop)
+			if errors.Is(err, wal.ErrUnlocated) {
+				return fmt.Errorf("wal repair: %w; to drop them with the rest (a copy is kept in --backup), run again with --drop-unlocated", err)
+			}
 			if err != nil {
 				return fmt.Errorf("wal repair: %w", err)
 			}
@@ -121,6 +128,7 @@ directory must not be open in a running kvidx (the command takes its lock).`,
 	cmd.Flags().Uint64Var(&after, "truncate-after", 0, "keep entries up to and including this WAL index")
 	cmd.Flags().Uint64Var(&before, "truncate-before", 0, "keep entries from this WAL index on (a snapshot must hold the ones before)")
 	cmd.Flags().BoolVar(&yes, "yes", false, "really cut the log")
+	cmd.Flags().BoolVar(&drop, "drop-unlocated", false, "with --truncate-before: also drop the entries after a framing break before INDEX, whose indexes cannot be located")
 	cmd.Flags().StringVar(&backup, "backup", "", "directory for copies of the segments the cut changes (default DATA_DIR/wal-backup-<time>)")
 	return cmd
 }

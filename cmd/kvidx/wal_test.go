@@ -230,3 +230,55 @@ func TestWALRepairBeforeCoveredDamage(t *testing.T) {
 		t.Fatalf("append after the repair: %d, %v; want 4", idx, err)
 	}
 }
+
+// TestWALRepairBeforeUnlocatedRefused: a damaged length prefix breaks the
+// framing at entry 1, which a snapshot at 2 holds; entries 3..5 follow the
+// break, but no snapshot holds them and their indexes cannot be located.
+// --truncate-before 3 (what the startup error names) must not drop them
+// unasked.
+func TestWALRepairBeforeUnlocatedRefused(t *testing.T) {
+	data := t.TempDir()
+	ctx := context.Background()
+	opts := recovery.Options{Sync: wal.SyncNone, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	s, err := recovery.Open(ctx, data, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 5; i++ {
+		ev := engine.Event{Worker: engine.WorkerKey{WorkerID: 1}, Kind: engine.KindStored, Blocks: []engine.Block{{BlockHash: uint64(i), TokensHash: 7}}}
+		if _, _, err := s.Append(ctx, []engine.Event{ev}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if i == 2 {
+			if _, _, err := s.Snapshot(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	seg := filepath.Join(data, "wal", fmt.Sprintf("%020d", 1))
+	b, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(b, []byte{0xff, 0xff, 0xff, 0x7f}) // entry 1's length, past the segment's end
+	if err := os.WriteFile(seg, b, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := recovery.Open(ctx, data, opts); !errors.Is(err, wal.ErrCorrupt) || !strings.Contains(err.Error(), "--truncate-before 3 --yes") {
+		t.Fatalf("open: %v, want ErrCorrupt naming --truncate-before 3", err)
+	}
+	_, _, err = runKvidx(t, "", "wal", "repair", data, "--truncate-before", "3", "--yes", "--backup", filepath.Join(t.TempDir(), "b1"))
+	if err == nil || !strings.Contains(err.Error(), "--drop-unlocated") {
+		t.Fatalf("repair dropping unlocated entries unasked: %v, want a refusal naming --drop-unlocated", err)
+	}
+	if after, _ := os.ReadFile(seg); string(after) != string(b) {
+		t.Fatal("the refused repair changed the segment")
+	}
+	_, stderr, err := runKvidx(t, "", "wal", "repair", data, "--truncate-before", "3", "--yes", "--drop-unlocated", "--backup", filepath.Join(t.TempDir(), "b2"))
+	if err != nil || !strings.Contains(stderr, "could not be located") {
+		t.Fatalf("repair with --drop-unlocated: %v, %q", err, stderr)
+	}
+}
