@@ -468,6 +468,19 @@ func (e *DamageError) Unwrap() error { return ErrCorrupt }
 // crash midway leaves a log that Open (tidwall/wal's own recovery of an
 // interrupted TruncateFront) finishes cutting.
 func RepairTruncateBefore(dir string, index uint64, backupDir string, dropUnlocated bool) (unlocated int64, err error) {
+	return repairTruncateBefore(dir, index, backupDir, dropUnlocated, nil)
+}
+
+// repairTruncateBefore is RepairTruncateBefore; crash, when not nil (tests),
+// is called after each step that changes the directory, with the file the
+// step wrote or removed: it may change the directory as a crash there would
+// leave it, and panic.
+func repairTruncateBefore(dir string, index uint64, backupDir string, dropUnlocated bool, crash func(step, path string)) (unlocated int64, err error) {
+	crashPoint := func(step, path string) {
+		if crash != nil {
+			crash(step, path)
+		}
+	}
 	fi, err := os.Stat(dir)
 	if err != nil {
 		return 0, fmt.Errorf("wal %s: %w", dir, err)
@@ -595,17 +608,6 @@ func RepairTruncateBefore(dir string, index uint64, backupDir string, dropUnloca
 		return 0, fmt.Errorf("wal %s: segment %s: %w", dir, final, err)
 	}
 	return unlocated, syncDir(dir)
-}
-
-// crashHook, when set (tests), is called at the steps of
-// [RepairTruncateBefore] with the file the step wrote or removed; it may
-// change the directory as a crash there would leave it, and panic.
-var crashHook func(step, path string)
-
-func crashPoint(step, path string) {
-	if crashHook != nil {
-		crashHook(step, path)
-	}
 }
 
 // writeSync writes data to a new file at path and fsyncs it.

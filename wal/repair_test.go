@@ -626,7 +626,7 @@ func TestInterruptedTruncateBefore(t *testing.T) {
 	checkRange(t, src, want, before, n).Close()
 }
 
-// errCrash is what a crashHook panics with: the process died there.
+// errCrash is what a crash hook panics with: the process died there.
 var errCrash = errors.New("simulated crash")
 
 // crashRepairBefore runs RepairTruncateBefore with a crash at the nth call
@@ -636,7 +636,7 @@ var errCrash = errors.New("simulated crash")
 func crashRepairBefore(t *testing.T, dir string, before uint64, step string, nth int) (crashed bool) {
 	t.Helper()
 	calls := 0
-	crashHook = func(s, path string) {
+	hook := func(s, path string) {
 		if s != step {
 			return
 		}
@@ -656,12 +656,11 @@ func crashRepairBefore(t *testing.T, dir string, before uint64, step string, nth
 		panic(errCrash)
 	}
 	defer func() {
-		crashHook = nil
 		if v := recover(); v != nil && v != errCrash {
 			panic(v)
 		}
 	}()
-	if _, err := RepairTruncateBefore(dir, before, filepath.Join(t.TempDir(), "backup"), false); err != nil {
+	if _, err := repairTruncateBefore(dir, before, filepath.Join(t.TempDir(), "backup"), false, hook); err != nil {
 		t.Fatal(err)
 	}
 	return crashed
