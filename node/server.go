@@ -383,6 +383,12 @@ func (s *Server) readBodyFrom(body io.Reader, declared int64) (buf *bytes.Buffer
 	}
 	// One byte past the limit tells an oversized body from one that fits.
 	_, err := buf.ReadFrom(io.LimitReader(body, limit+1))
+	if err == nil && declared >= 0 && int64(buf.Len()) < declared {
+		// The body ended before its declared length: fasthttp's body
+		// stream ends so with a plain io.EOF where net/http reports
+		// io.ErrUnexpectedEOF. Its events must not be appended.
+		err = io.ErrUnexpectedEOF
+	}
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooBig) || int64(buf.Len()) > limit:

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -461,5 +462,46 @@ func TestLargeBodies(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestTruncatedBodyRefused: a body that ends (the client shuts down its
+// side) before its declared Content-Length is a 400, and none of it is
+// appended, on both front ends; fasthttp's body stream reports such an end
+// as a plain io.EOF once the bytes it read ahead are used up.
+func TestTruncatedBodyRefused(t *testing.T) {
+	var sb strings.Builder
+	for i := range 200 { // about 28 KB, past what fasthttp reads ahead
+		sb.WriteString(stored(uint64(i%7), uint64(i), "null", uint64(i)))
+		sb.WriteByte('\n')
+	}
+	body := sb.String()
+	for _, front := range fronts {
+		t.Run(front.name, func(t *testing.T) {
+			e := newEnvWith(t, DefaultConfig(), front.serve)
+			conn, err := net.Dial("tcp", strings.TrimPrefix(e.url, "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			// Whole events, cut at a line end: only the length tells.
+			fmt.Fprintf(conn, "POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", 2*len(body), body)
+			if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
+				t.Fatal(err)
+			}
+			conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), `"error":"reading request body: unexpected EOF"`) {
+				t.Errorf("status %d, body %q: want 400 and a JSON error", resp.StatusCode, b)
+			}
+			if a, _ := e.store.counts(); a != 0 {
+				t.Fatalf("a truncated body was appended (%d appends, %d entries)", a, e.store.ix.Stats().Entries)
+			}
+		})
 	}
 }
