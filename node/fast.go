@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"strconv"
 	"strings"
 
 	"github.com/valyala/fasthttp"
@@ -59,11 +60,27 @@ func (s *Server) fastServer() *fasthttp.Server {
 			ctx.Request.ResetBody()
 		},
 		ErrorHandler: s.fastError,
+		// A body declared over the limit is refused from the header, as
+		// net/http refuses it: with StreamRequestBody fasthttp reads up to
+		// 8 KiB of a body before the handler runs, so the refusal waited
+		// for bytes the client need not send (a 408 at the read timeout
+		// instead of a 413). It is declared empty, so fasthttp reads none
+		// of it, and its declared length goes to the handler in
+		// overLimitHeader; a client's own overLimitHeader is dropped.
+		HeaderReceived: func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+			if n := h.ContentLength(); int64(n) > s.cfg.MaxBodyBytes {
+				h.Set(overLimitHeader, strconv.Itoa(n))
+				h.SetContentLength(0)
+			} else {
+				h.Del(overLimitHeader)
+			}
+			return fasthttp.RequestConfig{}
+		},
 		// An "Expect: 100-continue" body over the limit is refused before
 		// the client sends it, as net/http refused it from Content-Length,
 		// with the JSON error every other answer carries.
 		ExpectHandler: func(ctx *fasthttp.RequestCtx) int {
-			if n := int64(ctx.Request.Header.ContentLength()); n > s.cfg.MaxBodyBytes {
+			if n := declaredLength(ctx); n > s.cfg.MaxBodyBytes {
 				s.sendFast(ctx, routeOf(ctx), tooLarge(n, s.cfg.MaxBodyBytes))
 				return http.StatusRequestEntityTooLarge
 			}
@@ -93,12 +110,28 @@ func (s *Server) fastServer() *fasthttp.Server {
 // and sends none pins only what fasthttp reads ahead (at most 8 KiB).
 func (s *Server) readFastBody(ctx *fasthttp.RequestCtx) (*bytes.Buffer, reply, bool) {
 	// -1: chunked; -2: no length and no body (fasthttp reads none).
-	declared := int64(max(ctx.Request.Header.ContentLength(), -1))
+	declared := max(declaredLength(ctx), -1)
 	body := ctx.RequestBodyStream()
 	if body == nil {
 		body = bytes.NewReader(ctx.Request.Body())
 	}
 	return s.readBodyFrom(body, declared)
+}
+
+// overLimitHeader carries the declared length of a body over the limit
+// from HeaderReceived, which declares the body empty, to the handler.
+const overLimitHeader = "X-Kvidx-Declared-Over-Limit"
+
+// declaredLength is a fasthttp request's declared body length, as
+// RequestHeader.ContentLength returns it, before HeaderReceived declared a
+// body over the limit empty.
+func declaredLength(ctx *fasthttp.RequestCtx) int64 {
+	if v := ctx.Request.Header.Peek(overLimitHeader); v != nil {
+		if n, err := strconv.ParseInt(string(v), 10, 64); err == nil {
+			return n
+		}
+	}
+	return int64(ctx.Request.Header.ContentLength())
 }
 
 // recoverFast turns a panic while serving one request into a logged JSON

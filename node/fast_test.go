@@ -133,3 +133,50 @@ func TestStalledBodyTimesOut(t *testing.T) {
 		t.Fatalf("connection still open after the 408 (read: %v)", err)
 	}
 }
+
+// TestDeclaredOverLimitRefusedAtOnce: a body whose declared length is over
+// the limit gets its 413 from the header, without waiting for body bytes
+// (fasthttp read up to 8 KiB of it first, so a client that sent less and
+// waited got a 408 at the read timeout), and the connection closes. A
+// client sending the header that carries the declared length to the
+// handler is served as usual.
+func TestDeclaredOverLimitRefusedAtOnce(t *testing.T) {
+	for _, front := range fronts {
+		paths := []string{"/v1/events", "/v1/match"}
+		if front.name == "fasthttp" {
+			paths = append(paths, "/v1/snapshot") // refused by the front end
+		}
+		for _, path := range paths {
+			t.Run(front.name+path, func(t *testing.T) {
+				e := newEnvWith(t, Config{MaxBodyBytes: 1024, ReadTimeout: 30 * time.Second}, front.serve)
+				conn, err := net.Dial("tcp", strings.TrimPrefix(e.url, "http://"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Close()
+				fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n{\"", path, 1<<20)
+				conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+				br := bufio.NewReader(conn)
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					t.Fatalf("no answer before the body: %v", err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(body), `"error":"request body of 1048576 bytes exceeds the limit of 1024 bytes"`) {
+					t.Fatalf("status %d, body %q: want 413 and a JSON error", resp.StatusCode, body)
+				}
+				if _, err := br.ReadByte(); err != io.EOF {
+					t.Fatalf("connection still open after the 413 (read: %v)", err)
+				}
+			})
+		}
+	}
+	e := newEnv(t, Config{MaxBodyBytes: 1024})
+	req, err := http.NewRequest("POST", e.url+"/v1/match", strings.NewReader(`{"local_hashes":[1]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(overLimitHeader, "5000")
+	e.send(t, req).want(t, 200)
+}
