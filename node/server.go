@@ -350,10 +350,15 @@ func (s *Server) bodyHandler(answer func(body []byte) reply) http.HandlerFunc {
 // readBody reads r's body into a pooled buffer (return it with putBuf),
 // answering as readBodyFrom does. ok is false when an answer was written.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (buf *bytes.Buffer, ok bool) {
-	// MaxBytesReader also tells net/http to close the connection after an
-	// oversized body instead of draining it.
 	buf, rep, ok := s.readBodyFrom(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), r.ContentLength)
 	if !ok {
+		if rep.code == http.StatusRequestEntityTooLarge {
+			// Close instead of draining the rest of the body. MaxBytesReader
+			// would tell net/http so only through its own ResponseWriter,
+			// which w (instrument's statusWriter) hides, and a body refused
+			// by its declared length is not read at all.
+			w.Header().Set("Connection", "close")
+		}
 		rep.write(w)
 	}
 	return buf, ok

@@ -505,3 +505,47 @@ func TestTruncatedBodyRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestOversizedBodyClosesConnection: after a 413 the connection is closed
+// (README), on both front ends, with the declared length over the limit or
+// the bytes past it, and a request sent behind the body is not served.
+// net/http closed only when MaxBytesReader reached its *response, which the
+// instrumenting statusWriter hides; it drained the rest and kept serving.
+func TestOversizedBodyClosesConnection(t *testing.T) {
+	const limit = 100
+	over := strings.Repeat(" ", limit+1)
+	next := "GET /v1/stats HTTP/1.1\r\nHost: x\r\n\r\n"
+	reqs := map[string]string{
+		"declared": fmt.Sprintf("POST /v1/match HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", len(over), over) + next,
+		"chunked":  fmt.Sprintf("POST /v1/match HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", len(over), over) + next,
+	}
+	for _, front := range fronts {
+		for name, req := range reqs {
+			t.Run(front.name+"/"+name, func(t *testing.T) {
+				e := newEnvWith(t, Config{MaxBodyBytes: limit}, front.serve)
+				conn, err := net.Dial("tcp", strings.TrimPrefix(e.url, "http://"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Close()
+				if _, err := io.WriteString(conn, req); err != nil {
+					t.Fatal(err)
+				}
+				conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+				br := bufio.NewReader(conn)
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusRequestEntityTooLarge || !resp.Close {
+					t.Fatalf("status %d, Connection: close %v: want 413 and close", resp.StatusCode, resp.Close)
+				}
+				if b, err := br.ReadByte(); err != io.EOF {
+					t.Fatalf("connection still open after the 413 (read %q, %v)", b, err)
+				}
+			})
+		}
+	}
+}
