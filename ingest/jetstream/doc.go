@@ -13,12 +13,16 @@
 // If that next sequence is no longer in the stream (expired or purged), the
 // source does not skip silently: it reports the gap (not ready) and waits,
 // unless it was configured to allow gaps, in which case it logs the gap and
-// continues from the stream's first message. A stream deleted and recreated
-// numbers its messages from 1 again; the source tells it by the stream's
-// creation time, recorded with the position (and, in logs written before
-// that, by a stream that ends before the position), and treats it as a gap
-// too: allowed, it records the new stream's start as its position in a WAL
-// entry of its own, then applies the new stream from its first message.
+// continues from the stream's first message. The same holds for messages
+// removed while the source runs behind them: the consumer jumps over them,
+// and the source reports the gap, applying nothing after it, unless allowed.
+//
+// A stream deleted and recreated numbers its messages from 1 again; the
+// source tells it by the stream's creation time, recorded with the position
+// (and, in logs written before that, by a stream that ends before the
+// position), and treats it as a gap too: allowed, it records the new
+// stream's start as its position in a WAL entry of its own, then applies the
+// new stream from its first message.
 //
 // Messages that do not decode are counted and logged (rate-limited), and
 // their position is still recorded, so they are not read again.

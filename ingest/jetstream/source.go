@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -249,35 +250,35 @@ func (s *Source) session(ctx context.Context) error {
 		return fmt.Errorf("consumer on %s: %w", s.cfg.Stream, err)
 	}
 	s.update(func(st *Status) { st.Connected, st.Applied = true, next-1 })
+	// The consumer skips messages removed from the stream (purged, expired,
+	// dropped by its limits or deleted one by one) while this replica is
+	// behind them, without a word: a jump in the stream sequences it
+	// delivers is how they show. When the consumer sees every subject of the
+	// stream, a jump is such a gap; with a narrower filter, the messages
+	// jumped over may merely be other subjects', and the gap is told as at
+	// startup: the message after the last one applied is no longer in the
+	// stream.
+	covers := coversStream(s.cfg.Subject, info.Config.Subjects)
+	prev := next - 1 // the stream sequence of the last message delivered
 	var lastCheck time.Time
 	for ctx.Err() == nil {
 		batch, err := cons.Fetch(s.cfg.BatchMax, js.FetchMaxWait(200*time.Millisecond))
 		if err != nil {
 			return fmt.Errorf("fetching from %s: %w", s.cfg.Stream, err)
 		}
-		var (
-			events  []engine.Event
-			lastSeq uint64
-			pending uint64
-		)
+		var msgs []fetched
 		for msg := range batch.Messages() {
 			meta, err := msg.Metadata()
 			if err != nil {
 				s.badMessage("metadata", err)
 				continue
 			}
-			lastSeq, pending = meta.Sequence.Stream, meta.NumPending
-			evs, err := eventjson.DecodeBatch(msg.Data())
-			if err != nil {
-				s.badMessage("decode", fmt.Errorf("message %d: %w", lastSeq, err))
-				continue
-			}
-			events = append(events, evs...)
+			msgs = append(msgs, fetched{seq: meta.Sequence.Stream, pending: meta.NumPending, data: msg.Data()})
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, js.ErrNoMessages) && !errors.Is(err, nats.ErrTimeout) {
 			return fmt.Errorf("fetching from %s: %w", s.cfg.Stream, err)
 		}
-		if lastSeq == 0 {
+		if len(msgs) == 0 {
 			// Idle: the ordered consumer recreates itself at the next
 			// sequence after each fetch, even in a stream deleted and
 			// recreated meanwhile; check, at most once a second, that the
@@ -295,13 +296,103 @@ func (s *Source) session(ctx context.Context) error {
 			}
 			continue
 		}
-		// The events and the position go in one WAL entry: applied exactly once.
-		if _, _, err := s.store.Append(ctx, events, s.positions(lastSeq, info)); err != nil {
-			return fmt.Errorf("appending messages up to %d: %w", lastSeq, err)
+		var (
+			events  []engine.Event
+			lastSeq uint64
+			pending uint64
+			held    string // a gap not allowed: nothing after it is applied
+			now     *js.StreamInfo
+		)
+		for _, m := range msgs {
+			if m.seq > prev+1 {
+				gap := ""
+				if covers {
+					gap = fmt.Sprintf("stream %s messages %d..%d are gone (removed before this replica applied them)", s.cfg.Stream, prev+1, m.seq-1)
+				} else {
+					if now == nil {
+						if now, err = stream.Info(ctx); err != nil {
+							return fmt.Errorf("stream %s: %w", s.cfg.Stream, err)
+						}
+					}
+					if first := now.State.FirstSeq; first > prev+1 {
+						gap = fmt.Sprintf("stream %s messages %d..%d are gone (the stream now starts at %d)", s.cfg.Stream, prev+1, min(first, m.seq)-1, first)
+					}
+				}
+				if gap != "" {
+					if !s.cfg.AllowGap {
+						held = gap
+						break
+					}
+					s.log.Warn("skipping a gap in the stream (allowed)", "gap", gap)
+				}
+			}
+			prev = m.seq
+			lastSeq, pending = m.seq, m.pending
+			evs, err := eventjson.DecodeBatch(m.data)
+			if err != nil {
+				s.badMessage("decode", fmt.Errorf("message %d: %w", lastSeq, err))
+				continue
+			}
+			events = append(events, evs...)
 		}
-		s.update(func(st *Status) { st.Applied, st.Lag = lastSeq, pending })
+		if lastSeq != 0 {
+			// The events and the position go in one WAL entry: applied exactly once.
+			if _, _, err := s.store.Append(ctx, events, s.positions(lastSeq, info)); err != nil {
+				return fmt.Errorf("appending messages up to %d: %w", lastSeq, err)
+			}
+			s.update(func(st *Status) { st.Applied, st.Lag = lastSeq, pending })
+		}
+		if held != "" {
+			// As at startup: not ready, nothing skipped, until the
+			// operator allows the gap (a restart with AllowGap).
+			s.update(func(st *Status) { st.Gap = held })
+			s.log.Error("not applying: the stream lost messages this replica never applied; restart with --nats-allow-gap to continue without them", "gap", held)
+			<-ctx.Done()
+			return nil
+		}
 	}
 	return nil
+}
+
+// fetched is a message read from the stream, waiting to be applied.
+type fetched struct {
+	seq, pending uint64
+	data         []byte
+}
+
+// coversStream reports whether a consumer filtered by filter (empty: none)
+// receives every message of a stream bound to subjects.
+func coversStream(filter string, subjects []string) bool {
+	if filter == "" || filter == ">" {
+		return true
+	}
+	if len(subjects) == 0 {
+		return false
+	}
+	for _, subj := range subjects {
+		if !subjectCovers(filter, subj) {
+			return false
+		}
+	}
+	return true
+}
+
+// subjectCovers reports whether every subject matching the pattern subj
+// also matches the pattern filter.
+func subjectCovers(filter, subj string) bool {
+	ft, st := strings.Split(filter, "."), strings.Split(subj, ".")
+	for i, f := range ft {
+		if f == ">" {
+			return i < len(st)
+		}
+		if i >= len(st) || st[i] == ">" {
+			return false
+		}
+		if f != "*" && f != st[i] {
+			return false
+		}
+	}
+	return len(ft) == len(st)
 }
 
 // badMessage counts a message that cannot be applied and logs at most once
