@@ -296,27 +296,35 @@ func (s *Source) session(ctx context.Context) error {
 			}
 			continue
 		}
+		// Each fetch creates a new consumer at the sequence after the last
+		// one delivered, in whatever stream now has the name: one deleted
+		// and recreated under a busy replica goes on numbering from where
+		// the old one was, past the new stream's first messages. Before
+		// anything of the batch is applied, check that the stream is still
+		// the one the position counts in (a stream's creation time is its
+		// identity; a recreated one cannot have the old one's).
+		now, err := stream.Info(ctx)
+		if err != nil {
+			return fmt.Errorf("stream %s: %w", s.cfg.Stream, err)
+		}
+		if !info.Created.IsZero() && !now.Created.Equal(info.Created) {
+			applied, _ := s.recorded()
+			gap, _ := checkStart(s.cfg.Stream, now, applied, info.Created)
+			return fmt.Errorf("stream %s changed under the consumer: %s", s.cfg.Stream, gap)
+		}
 		var (
 			events  []engine.Event
 			lastSeq uint64
 			pending uint64
 			held    string // a gap not allowed: nothing after it is applied
-			now     *js.StreamInfo
 		)
 		for _, m := range msgs {
 			if m.seq > prev+1 {
 				gap := ""
 				if covers {
 					gap = fmt.Sprintf("stream %s messages %d..%d are gone (removed before this replica applied them)", s.cfg.Stream, prev+1, m.seq-1)
-				} else {
-					if now == nil {
-						if now, err = stream.Info(ctx); err != nil {
-							return fmt.Errorf("stream %s: %w", s.cfg.Stream, err)
-						}
-					}
-					if first := now.State.FirstSeq; first > prev+1 {
-						gap = fmt.Sprintf("stream %s messages %d..%d are gone (the stream now starts at %d)", s.cfg.Stream, prev+1, min(first, m.seq)-1, first)
-					}
+				} else if first := now.State.FirstSeq; first > prev+1 {
+					gap = fmt.Sprintf("stream %s messages %d..%d are gone (the stream now starts at %d)", s.cfg.Stream, prev+1, min(first, m.seq)-1, first)
 				}
 				if gap != "" {
 					if !s.cfg.AllowGap {
