@@ -26,7 +26,10 @@
 //   - at or below the last applied sequence: duplicates, dropped;
 //   - sequence 0 after higher ones: the engine restarted; the worker is
 //     cleared (a Cleared event per DP rank seen, or WorkerRemoved when none
-//     is known) in the same Append as the batch;
+//     is known) in the same Append as the batch. The ranks seen are
+//     recorded too, as positions "zmq:<endpoint>#dp<rank>" in the entry of
+//     the first batch of each, so that a clear after a restart of kvidx
+//     still forgets the ranks seen before it;
 //   - past the next expected one: a replay from the next expected one; if
 //     the batches are still missing (no replay endpoint, a failed replay,
 //     or a replay that starts past the requested sequence because the

@@ -10,6 +10,7 @@ import (
 	"math"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -185,6 +186,27 @@ func NewZMQSource(spec ZMQSpec, store Store, opts ZMQOptions) *ZMQSource {
 // SourceName is the WAL position name of the ZMQ source of endpoint.
 func SourceName(endpoint string) string { return "zmq:" + endpoint }
 
+// rankMark separates a source's name from a DP rank in the names of the
+// positions recording the ranks it has seen.
+const rankMark = "#dp"
+
+// rankPosition is the position recording that the source saw DP rank r:
+// the set of ranks whose blocks a clear must forget outlives a restart of
+// kvidx, as the blocks do.
+func (s *ZMQSource) rankPosition(r uint32) wal.Position {
+	return wal.Position{Source: s.name + rankMark + strconv.FormatUint(uint64(r), 10), Seq: 1}
+}
+
+// rankOf returns the DP rank a position name of this source's records.
+func (s *ZMQSource) rankOf(source string) (uint32, bool) {
+	rest, ok := strings.CutPrefix(source, s.name+rankMark)
+	if !ok {
+		return 0, false
+	}
+	r, err := strconv.ParseUint(rest, 10, 32)
+	return uint32(r), err == nil
+}
+
 // Name returns the source's name, "zmq:<endpoint>".
 func (s *ZMQSource) Name() string { return s.name }
 
@@ -218,6 +240,9 @@ func (s *ZMQSource) Run(ctx context.Context) error {
 	for _, p := range positions {
 		if p.Source == s.name {
 			s.last, s.have = p.Seq, true
+		}
+		if r, ok := s.rankOf(p.Source); ok && len(s.ranks) < maxDPRanks {
+			s.ranks[r] = struct{}{}
 		}
 	}
 	s.mu.Lock()
@@ -711,13 +736,17 @@ func (s *ZMQSource) deliver(ctx context.Context, seq uint64, payload []byte, rep
 	if clear {
 		events = append(s.clearEvents(&b.DPRank), b.Events...)
 	}
+	var rankPos []wal.Position
+	if _, known := s.ranks[b.DPRank]; !known {
+		rankPos = append(rankPos, s.rankPosition(b.DPRank))
+	}
 	s.ranks[b.DPRank] = struct{}{}
 	for i := range events {
 		if events[i].EventID == 0 {
 			events[i].EventID = seq
 		}
 	}
-	return s.append(ctx, events, seq, clear)
+	return s.append(ctx, events, seq, clear, rankPos...)
 }
 
 // clearEvents returns the events that forget this source's worker: a
@@ -744,10 +773,11 @@ func (s *ZMQSource) clearEvents(rank *uint32) []engine.Event {
 	return evs
 }
 
-// append appends events with the position seq, retrying with backoff while
-// the store refuses (overloaded, fenced), until ctx ends.
-func (s *ZMQSource) append(ctx context.Context, events []engine.Event, seq uint64, cleared bool) error {
-	positions := []wal.Position{{Source: s.name, Seq: seq}}
+// append appends events with the position seq (and extra positions),
+// retrying with backoff while the store refuses (overloaded, fenced), until
+// ctx ends.
+func (s *ZMQSource) append(ctx context.Context, events []engine.Event, seq uint64, cleared bool, extra ...wal.Position) error {
+	positions := append([]wal.Position{{Source: s.name, Seq: seq}}, extra...)
 	backoff := s.opts.MinBackoff
 	for {
 		_, results, err := s.store.Append(ctx, events, positions)

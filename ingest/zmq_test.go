@@ -38,17 +38,21 @@ func (f *fakeStore) Append(_ context.Context, events []engine.Event, positions [
 		f.fail--
 		return 0, nil, wal.ErrOverloaded
 	}
-	if len(positions) != 1 {
-		panic("want one position")
+	if len(positions) == 0 {
+		panic("want the source's position first")
 	}
+	// The source's own position comes first, then those recording DP ranks.
 	f.batches = append(f.batches, fakeBatch{slices.Clone(events), positions[0].Seq})
-	for i := range f.pos {
-		if f.pos[i].Source == positions[0].Source {
-			f.pos[i] = positions[0]
-			return uint64(len(f.batches)), nil, nil
+next:
+	for _, p := range positions {
+		for i := range f.pos {
+			if f.pos[i].Source == p.Source {
+				f.pos[i] = p
+				continue next
+			}
 		}
+		f.pos = append(f.pos, p)
 	}
-	f.pos = append(f.pos, positions[0])
 	return uint64(len(f.batches)), nil, nil
 }
 

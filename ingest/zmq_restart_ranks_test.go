@@ -1,0 +1,101 @@
+package ingest
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvidx/kvidx/engine"
+	"github.com/kvidx/kvidx/wal"
+)
+
+// indexStore applies appended events to an index and merges positions
+// last-wins, as recovery.Store does; reopening it (a process restart) keeps
+// both, as recovery does from the WAL and snapshots.
+type indexStore struct {
+	mu  sync.Mutex
+	ix  *engine.Index
+	n   uint64
+	pos []wal.Position
+}
+
+func (m *indexStore) Append(_ context.Context, events []engine.Event, positions []wal.Position) (uint64, []error, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	results := make([]error, len(events))
+	for i := range events {
+		results[i] = m.ix.Apply(&events[i])
+	}
+next:
+	for _, p := range positions {
+		for i := range m.pos {
+			if m.pos[i].Source == p.Source {
+				m.pos[i] = p
+				continue next
+			}
+		}
+		m.pos = append(m.pos, p)
+	}
+	m.n++
+	return m.n, results, nil
+}
+
+func (m *indexStore) Applied() (uint64, []wal.Position) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.n, slices.Clone(m.pos)
+}
+
+// storedOnRank is a vLLM batch on DP rank rank with one BlockStored event
+// of one 2-token block (tokens tok, tok+1) whose engine hash is hash.
+func storedOnRank(rank, hash, tok uint64) []byte {
+	return newMP().arr(3).f(0).arr(1).arr(5).str("BlockStored").us(hash).null().us(tok, tok+1).u(2).u(rank).bytes()
+}
+
+// sendUntil publishes batch seq (payload p) until cond holds: the PUB
+// socket drops what it sends before the subscription arrives.
+func sendUntil(t *testing.T, e *fakeEngine, seq uint64, p []byte, what string, cond func() bool) {
+	t.Helper()
+	waitFor(t, what, func() bool {
+		if cond() {
+			return true
+		}
+		e.send([]byte("kv-events"), be64(seq), p)
+		time.Sleep(20 * time.Millisecond)
+		return cond()
+	})
+}
+
+// An engine restart (sequence 0 after higher ones) clears the worker on
+// every DP rank the source has seen, also when kvidx itself was restarted
+// in between: the ranks seen before that hold blocks the restarted engine
+// no longer has.
+func TestZMQResetAfterSourceRestartClearsEveryRank(t *testing.T) {
+	ctx := t.Context()
+	e := newFakeEngine(t, ctx)
+	st := &indexStore{ix: engine.New()}
+	spec := ZMQSpec{Endpoint: e.pubEP, WorkerID: 7}
+	src := NewZMQSource(spec, st, testOptions())
+	stop := runUntilCancelled(t, ctx, src)
+	sendUntil(t, e, 0, storedOnRank(0, 100, 10), "batch 0", func() bool { return src.Stats().HasSeq })
+	sendUntil(t, e, 1, storedOnRank(1, 200, 20), "batch 1", func() bool { return src.Stats().LastSeq == 1 })
+	stop()
+	rank1 := local(tokens(2, 20), 2, "")
+	if got := st.ix.Match(rank1, nil); len(got) != 1 {
+		t.Fatalf("rank 1's block not stored: %v", got)
+	}
+
+	// kvidx restarts: a new source on the recovered store. Then the engine
+	// restarts too: its new batch 0 is on rank 0.
+	src = NewZMQSource(spec, st, testOptions())
+	runSource(t, ctx, src)
+	sendUntil(t, e, 0, storedOnRank(0, 300, 30), "the engine restart", func() bool { return src.Stats().Resets == 1 })
+	if got := st.ix.Match(rank1, nil); len(got) != 0 {
+		t.Fatalf("after the engine restarted, its DP rank 1 block (stored before kvidx restarted) is still matched: %v", got)
+	}
+	if got := st.ix.Match(local(tokens(2, 30), 2, ""), nil); len(got) != 1 {
+		t.Fatalf("the new batch 0 was not applied: %v", got)
+	}
+}
