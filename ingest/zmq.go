@@ -73,6 +73,8 @@ type ZMQOptions struct {
 	// alone, a stalled store and a busy peer could pin tens of GiB. When the
 	// queue is full the source stops reading, and the publisher's own
 	// high-water mark decides what to drop (a gap the source then sees).
+	// zmq4 buffers up to 11 more messages per socket outside this bound
+	// (its queue of 10 and the one it is reading).
 	QueueBytes int64
 }
 
