@@ -247,6 +247,9 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	log.Info("ready", "data_dir", f.dataDir, "listen", ln.Addr().String(), "snapshot", rep.SnapshotUsed.Path,
 		"replayed_entries", rep.ReplayedEntries, "recovery", rep.Duration)
 	runErr := <-served
+	// Run also returns on its own when the listener fails: the sources
+	// stop with ctx, so end it either way before waiting for them.
+	stop()
 	sources.Wait() // they stop with ctx, before the store closes
 	if err := store.Close(); err != nil {
 		runErr = errors.Join(runErr, err)
