@@ -324,11 +324,17 @@ func RepairTruncateAfter(dir string, index uint64, backupDir string) (err error)
 }
 
 func truncateSync(path string, size int64) error {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	return withSyncedFile(path, os.O_RDWR, 0, func(f *os.File) error { return f.Truncate(size) })
+}
+
+// withSyncedFile opens path with flag and perm, runs op on the file, then
+// fsyncs and closes it.
+func withSyncedFile(path string, flag int, perm os.FileMode, op func(*os.File) error) error {
+	f, err := os.OpenFile(path, flag, perm)
 	if err != nil {
 		return err
 	}
-	if err := f.Truncate(size); err != nil {
+	if err := op(f); err != nil {
 		f.Close()
 		return err
 	}
@@ -612,17 +618,8 @@ func repairTruncateBefore(dir string, index uint64, backupDir string, dropUnloca
 
 // writeSync writes data to a new file at path and fsyncs it.
 func writeSync(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o640)
-	if err != nil {
+	return withSyncedFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o640, func(f *os.File) error {
+		_, err := f.Write(data)
 		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	})
 }

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -81,22 +82,7 @@ func TestWALRepair(t *testing.T) {
 // entry before it, keeping a copy of the segment it changes; the next start
 // recovers exactly the entries kept and appends after them.
 func TestWALRepairAfterMiddleDamage(t *testing.T) {
-	data := t.TempDir()
-	opts := recovery.Options{Sync: wal.SyncNone, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	s, err := recovery.Open(context.Background(), data, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const n = 8
-	for i := range n {
-		ev := engine.Event{Worker: engine.WorkerKey{WorkerID: 1}, Kind: engine.KindStored, Blocks: []engine.Block{{BlockHash: uint64(i + 1), TokensHash: 7}}}
-		if _, _, err := s.Append(context.Background(), []engine.Event{ev}, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
+	data, opts, _ := repairDataDir(t, 8)
 	// One segment holds every entry: flip a byte inside entry 5.
 	seg := filepath.Join(data, "wal", fmt.Sprintf("%020d", 1))
 	b, err := os.ReadFile(seg)
@@ -131,7 +117,7 @@ func TestWALRepairAfterMiddleDamage(t *testing.T) {
 	if got, _ := os.ReadFile(seg); !bytes.Equal(got, orig[:off]) {
 		t.Fatalf("segment after the cut: %d bytes, want the %d bytes of entries 1..4", len(got), off)
 	}
-	s, err = recovery.Open(context.Background(), data, opts)
+	s, err := recovery.Open(context.Background(), data, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,33 +138,8 @@ func TestWALRepairAfterMiddleDamage(t *testing.T) {
 // the entries up to that snapshot and loses nothing; --truncate-after would
 // leave the log ending before the snapshot.
 func TestWALRepairBeforeCoveredDamage(t *testing.T) {
-	data := t.TempDir()
+	data, opts, evs := repairDataDir(t, 3, 1, 3)
 	ctx := context.Background()
-	opts := recovery.Options{Sync: wal.SyncNone, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	s, err := recovery.Open(ctx, data, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var evs []engine.Event
-	appendOne := func(i int) {
-		ev := engine.Event{Worker: engine.WorkerKey{WorkerID: 1}, Kind: engine.KindStored, Blocks: []engine.Block{{BlockHash: uint64(i), TokensHash: 7}}}
-		evs = append(evs, ev)
-		if _, _, err := s.Append(ctx, []engine.Event{ev}, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	appendOne(1)
-	if _, _, err := s.Snapshot(ctx); err != nil {
-		t.Fatal(err)
-	}
-	appendOne(2)
-	appendOne(3)
-	if _, idx, err := s.Snapshot(ctx); err != nil || idx != 3 {
-		t.Fatal(idx, err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
 	// The WAL now starts at entry 2 (snapshot 1 covers entry 1): flip a CRC
 	// byte of entry 2, which entry 3 follows.
 	seg := filepath.Join(data, "wal", fmt.Sprintf("%020d", 2))
@@ -211,7 +172,7 @@ func TestWALRepairBeforeCoveredDamage(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(backup, filepath.Base(seg))); err != nil {
 		t.Fatalf("the cut segment was not kept: %v", err)
 	}
-	s, err = recovery.Open(ctx, data, opts)
+	s, err := recovery.Open(ctx, data, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,27 +198,8 @@ func TestWALRepairBeforeCoveredDamage(t *testing.T) {
 // --truncate-before 3 (what the startup error names) must not drop them
 // unasked.
 func TestWALRepairBeforeUnlocatedRefused(t *testing.T) {
-	data := t.TempDir()
+	data, opts, _ := repairDataDir(t, 5, 2)
 	ctx := context.Background()
-	opts := recovery.Options{Sync: wal.SyncNone, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	s, err := recovery.Open(ctx, data, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 1; i <= 5; i++ {
-		ev := engine.Event{Worker: engine.WorkerKey{WorkerID: 1}, Kind: engine.KindStored, Blocks: []engine.Block{{BlockHash: uint64(i), TokensHash: 7}}}
-		if _, _, err := s.Append(ctx, []engine.Event{ev}, nil); err != nil {
-			t.Fatal(err)
-		}
-		if i == 2 {
-			if _, _, err := s.Snapshot(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
 	seg := filepath.Join(data, "wal", fmt.Sprintf("%020d", 1))
 	b, err := os.ReadFile(seg)
 	if err != nil {
@@ -281,4 +223,35 @@ func TestWALRepairBeforeUnlocatedRefused(t *testing.T) {
 	if err != nil || !strings.Contains(stderr, "could not be located") {
 		t.Fatalf("repair with --drop-unlocated: %v, %q", err, stderr)
 	}
+}
+
+// repairDataDir makes a data directory of n WAL entries, entry i storing
+// block i for worker 1, with a snapshot after each entry listed in
+// snapAfter. It returns the directory, the options to open it with, and
+// the events in order.
+func repairDataDir(t *testing.T, n int, snapAfter ...int) (string, recovery.Options, []engine.Event) {
+	t.Helper()
+	data, ctx := t.TempDir(), context.Background()
+	opts := recovery.Options{Sync: wal.SyncNone, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	s, err := recovery.Open(ctx, data, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs []engine.Event
+	for i := 1; i <= n; i++ {
+		ev := engine.Event{Worker: engine.WorkerKey{WorkerID: 1}, Kind: engine.KindStored, Blocks: []engine.Block{{BlockHash: uint64(i), TokensHash: 7}}}
+		evs = append(evs, ev)
+		if _, _, err := s.Append(ctx, []engine.Event{ev}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if slices.Contains(snapAfter, i) {
+			if _, _, err := s.Snapshot(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return data, opts, evs
 }
