@@ -471,44 +471,43 @@ func (l *logBuf) Write(p []byte) (int, error) {
 	return l.b.Write(p)
 }
 
-func TestSnapshotLoadProgressLogged(t *testing.T) {
-	dir := t.TempDir()
-	s := mustOpen(t, dir, testOptions())
-	for _, b := range batches(9, 4, 200) {
-		mustAppend(t, s, b)
+// TestProgressLogged: a snapshot load and a WAL replay log their progress
+// (at every chance, with a progress interval of 1 ns).
+func TestProgressLogged(t *testing.T) {
+	tests := []struct {
+		name     string
+		snapshot bool
+		want     []string
+	}{
+		{"replay", false, []string{"percent=", "entries_per_s=", "replayed_entries=300"}},
+		{"snapshot load", true, []string{`msg="loading snapshot"`, "percent=100.0", "places_per_s="}},
 	}
-	if _, _, err := s.Snapshot(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	s.Close()
-	var buf logBuf
-	opts := testOptions()
-	opts.Logger = slog.New(slog.NewTextHandler(&buf, nil))
-	opts.ProgressInterval = time.Nanosecond
-	s = mustOpen(t, dir, opts)
-	s.Close()
-	out := buf.b.String()
-	if !strings.Contains(out, "msg=\"loading snapshot\"") || !strings.Contains(out, "percent=100.0") || !strings.Contains(out, "places_per_s=") {
-		t.Fatalf("log:\n%s", out)
-	}
-}
-
-func TestReplayProgressLogged(t *testing.T) {
-	dir := t.TempDir()
-	s := mustOpen(t, dir, testOptions())
-	for _, b := range batches(8, 1, 300) {
-		mustAppend(t, s, b)
-	}
-	s.Close()
-	var buf logBuf
-	opts := testOptions()
-	opts.Logger = slog.New(slog.NewTextHandler(&buf, nil))
-	opts.ProgressInterval = time.Nanosecond
-	s = mustOpen(t, dir, opts)
-	s.Close()
-	out := buf.b.String()
-	if !strings.Contains(out, "percent=") || !strings.Contains(out, "entries_per_s=") || !strings.Contains(out, "replayed_entries=300") {
-		t.Fatalf("log:\n%s", out)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			s := mustOpen(t, dir, testOptions())
+			for _, b := range batches(8, 1, 300) {
+				mustAppend(t, s, b)
+			}
+			if tt.snapshot {
+				if _, _, err := s.Snapshot(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s.Close()
+			var buf logBuf
+			opts := testOptions()
+			opts.Logger = slog.New(slog.NewTextHandler(&buf, nil))
+			opts.ProgressInterval = time.Nanosecond
+			s = mustOpen(t, dir, opts)
+			s.Close()
+			out := buf.b.String()
+			for _, w := range tt.want {
+				if !strings.Contains(out, w) {
+					t.Fatalf("log lacks %q:\n%s", w, out)
+				}
+			}
+		})
 	}
 }
 
