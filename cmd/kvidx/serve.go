@@ -193,6 +193,18 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	// Once the shutdown has begun, a second SIGTERM or SIGINT takes the
+	// default action and ends the process at once: a drain held up by a
+	// slow client or a long final snapshot can still be cut short without
+	// SIGKILL. Nothing acknowledged is lost (the WAL holds it; an
+	// interrupted snapshot's temporary file is removed at the next start).
+	go func() {
+		<-ctx.Done()
+		if cmd.Context().Err() == nil {
+			log.Info("shutting down; a second SIGTERM or SIGINT stops at once")
+		}
+		stop()
+	}()
 
 	cfg := node.DefaultConfig()
 	cfg.MaxBodyBytes = f.maxBodyBytes
