@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -344,4 +345,46 @@ func TestRunListenerFails(t *testing.T) {
 	if resp, err := get(); err == nil && resp.StatusCode == 200 {
 		t.Fatal("a kept-alive connection was served after Run returned")
 	}
+}
+
+// TestSourcesStopBeforeFinalSnapshot: a source started with GoSource keeps
+// appending until the shutdown ends its context, and Run waits for it
+// before the final snapshot, which therefore covers its last append.
+func TestSourcesStopBeforeFinalSnapshot(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.FinalSnapshot = true
+	cfg.Logger = quietLogger()
+	srv := New(cfg)
+	st := newFakeStore()
+	srv.SetStore(st)
+	_, stop := startRun(t, srv)
+	var stopped atomic.Bool
+	srv.GoSource(func(ctx context.Context) error {
+		defer stopped.Store(true)
+		store := srv.SourceStore(st)
+		for i := uint64(1); ctx.Err() == nil; i++ {
+			ev := engine.Event{Worker: engine.WorkerKey{WorkerID: 1}, Kind: engine.KindStored, Blocks: []engine.Block{{BlockHash: i, TokensHash: i}}}
+			if _, _, err := store.Append(ctx, []engine.Event{ev}, nil); err != nil {
+				return err
+			}
+			time.Sleep(time.Millisecond) // the store's lock is not a queue: let the snapshot in
+		}
+		return nil
+	})
+	waitFor(t, "the source's first appends", func() bool { a, _ := st.counts(); return a >= 3 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if !stopped.Load() {
+		t.Fatal("Run returned before the source's loop")
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.snapIndex != st.index {
+		t.Fatalf("final snapshot at %d, last append %d: a clean restart would replay", st.snapIndex, st.index)
+	}
+	srv.GoSource(func(context.Context) error {
+		t.Error("a source started after the shutdown ran")
+		return nil
+	})
 }

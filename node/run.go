@@ -10,9 +10,9 @@ import (
 
 // Run serves the API on ln until ctx is cancelled, running the periodic
 // snapshot loop alongside. On cancellation it stops accepting connections,
-// waits for in-flight requests (at most ShutdownTimeout), stops the loop and,
-// if FinalSnapshot is set and the index changed since the last snapshot,
-// takes a final one. The caller closes the store afterwards. Run returns nil
+// waits for in-flight requests (at most ShutdownTimeout) and for the loops
+// started with GoSource, stops the snapshot loop and, if FinalSnapshot is
+// set and the index changed since the last snapshot, takes a final one. The caller closes the store afterwards. Run returns nil
 // after a clean shutdown, else what failed (serving, draining or the final
 // snapshot).
 func (s *Server) Run(ctx context.Context, ln net.Listener) error {
@@ -44,6 +44,7 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 		s.draining.Store(true)
 	case <-ctx.Done():
 		s.log.Info("shutting down: draining in-flight requests", "timeout", s.cfg.ShutdownTimeout)
+		s.sources.cancel() // they stop while the requests drain
 		shCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
 		err := fs.ShutdownWithContext(shCtx)
 		cancel()
@@ -58,6 +59,8 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 		_ = ln.Close()
 		<-serveErr // the listener is closed: Serve's error says only that
 	}
+	// Nothing appends after this: the final snapshot covers everything.
+	s.sources.stop()
 	stopLoop()
 	wg.Wait()
 	if s.cfg.FinalSnapshot && s.snaps.changed() {

@@ -2,6 +2,7 @@ package node
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -74,6 +75,7 @@ func New(cfg Config) *Server {
 	cfg = cfg.withDefaults()
 	s := &Server{cfg: cfg, log: cfg.Logger, metrics: NewMetrics()}
 	s.metrics.reg.MustRegister(sourceCollector{&s.sources})
+	s.sources.ctx, s.sources.cancel = context.WithCancel(context.Background())
 	s.state.Store(&status{phase: Starting, reason: "recovering"})
 	s.snaps = newSnapshotter(s)
 	s.routes()

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strings"
@@ -25,10 +26,40 @@ type SourceStatus struct {
 	Errors map[string]uint64
 }
 
-// sources holds the status functions of the node's event sources.
+// sources holds the status functions of the node's event sources, and the
+// loops started with GoSource.
 type sources struct {
-	mu  sync.Mutex
-	fns []func() SourceStatus
+	mu      sync.Mutex
+	fns     []func() SourceStatus
+	ctx     context.Context // the loops' context, ended by Run's shutdown
+	cancel  context.CancelFunc
+	stopped bool
+	running sync.WaitGroup
+}
+
+// GoSource runs an event source's loop on a goroutine of its own until Run
+// shuts down. Run ends the loop's context when the shutdown begins and
+// waits for the loop to return before the final snapshot, so that the
+// snapshot covers every entry a source appended: a restart after a clean
+// stop replays nothing. A loop started after the shutdown does not run. Its
+// error is the source's to report (sources log their own).
+func (s *Server) GoSource(run func(ctx context.Context) error) {
+	ss := &s.sources
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.stopped {
+		return
+	}
+	ss.running.Go(func() { _ = run(ss.ctx) })
+}
+
+// stop ends the sources' loops and waits for them; no loop starts after.
+func (ss *sources) stop() {
+	ss.mu.Lock()
+	ss.stopped = true
+	ss.mu.Unlock()
+	ss.cancel()
+	ss.running.Wait()
 }
 
 func (ss *sources) all() []SourceStatus {

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/signal"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -239,14 +238,13 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		}
 	}
 	srv.SetStore(store)
-	var sources sync.WaitGroup
 	for _, spec := range specs {
 		src := ingest.NewZMQSource(spec, srv.SourceStore(store), ingest.ZMQOptions{Logger: log})
 		srv.AddSource(func() node.SourceStatus {
 			st := src.Stats()
 			return node.SourceStatus{Name: st.Source, Connected: st.Connected, Applied: st.LastSeq, Lag: st.Lag, Errors: st.Errors}
 		})
-		sources.Go(func() { _ = src.Run(ctx) })
+		srv.GoSource(src.Run)
 	}
 	if f.natsURL != "" {
 		src := jetstream.New(jetstream.Config{URL: f.natsURL, Stream: f.natsStream, Subject: f.natsSubject, AllowGap: f.natsAllowGap, Logger: log}, srv.SourceStore(store))
@@ -254,15 +252,11 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 			st := src.Status()
 			return node.SourceStatus{Name: jetstream.PositionName(f.natsStream), Connected: st.Connected, Applied: st.Applied, Lag: st.Lag, Problem: st.Gap, Errors: st.Errors}
 		})
-		sources.Go(func() { _ = src.Run(ctx) })
+		srv.GoSource(src.Run)
 	}
 	log.Info("ready", "data_dir", f.dataDir, "listen", ln.Addr().String(), "snapshot", rep.SnapshotUsed.Path,
 		"replayed_entries", rep.ReplayedEntries, "recovery", rep.Duration)
-	runErr := <-served
-	// Run also returns on its own when the listener fails: the sources
-	// stop with ctx, so end it either way before waiting for them.
-	stop()
-	sources.Wait() // they stop with ctx, before the store closes
+	runErr := <-served // Run has stopped the sources: the store can close
 	if err := store.Close(); err != nil {
 		runErr = errors.Join(runErr, err)
 	}
