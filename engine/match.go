@@ -30,12 +30,12 @@ func (m *matchScratch) reset(workers, queryBlocks int) {
 		m.gen = make([]uint32, workers)
 		m.epoch = 0
 	}
-	// A query takes at most 4 epochs a block and 3 more (the bisection's
-	// splits, the linear scans' positions, the candidates, the clean set,
-	// the ordering). The stamps restart before a query that could wrap
-	// them: after a wrap inside a query, stamps made earlier in it would
-	// read as current or be cleared while in use.
-	if uint64(m.epoch)+4*uint64(queryBlocks)+8 > math.MaxUint32 {
+	// A query takes at most 6 epochs a block and 3 more (the bisection's
+	// splits and leaves, the linear scans' positions, the candidates, the
+	// clean set, the ordering). The stamps restart before a query that
+	// could wrap them: after a wrap inside a query, stamps made earlier in
+	// it would read as current or be cleared while in use.
+	if uint64(m.epoch)+6*uint64(queryBlocks)+8 > math.MaxUint32 {
 		m.restart()
 	}
 	m.arena = m.arena[:0]
@@ -193,6 +193,13 @@ func (ix *Index) cleanHoldersAt(m *matchScratch, pos int, clean uint32) []uint32
 // holes that holds position p holds every earlier one, so a worker's score is
 // one past the last position it holds, and only ranges where the holder set
 // shrinks need probing.
+//
+// Positions are probed at different moments, so a worker that loses its
+// tail between two probes (without a hole: no linear word changes) can be
+// in a later probe of a lower position's set and not in the higher's, or
+// the other way round: the sets are kept nested by intersecting them, or
+// sets of equal size but different members would be taken for equal and
+// the workers of one of them never scored in this range.
 func (ix *Index) bisect(m *matchScratch, clean uint32, lo int, a []uint32, hi int, b []uint32) {
 	if len(a) == len(b) {
 		return
@@ -210,9 +217,42 @@ func (ix *Index) bisect(m *matchScratch, clean uint32, lo int, a []uint32, hi in
 		return
 	}
 	mid := (lo + hi) / 2
-	mset := ix.cleanHoldersAt(m, mid, clean)
+	mset := ix.holdersWithin(m, mid, a)
 	ix.bisect(m, clean, lo, a, mid, mset)
-	ix.bisect(m, clean, mid, mset, hi, b)
+	ix.bisect(m, clean, mid, mset, hi, ix.within(m, b, mset))
+}
+
+// holdersWithin is holdersAt restricted to the ids in set.
+func (ix *Index) holdersWithin(m *matchScratch, pos int, set []uint32) []uint32 {
+	in := m.next()
+	for _, id := range set {
+		m.tmp[id] = in
+	}
+	got := ix.holdersAt(m, pos)
+	k := 0
+	for _, id := range got {
+		if m.tmp[id] == in {
+			got[k] = id
+			k++
+		}
+	}
+	m.arena = m.arena[:len(m.arena)-len(got)+k]
+	return got[:k]
+}
+
+// within appends to the arena the ids of a that are in set.
+func (ix *Index) within(m *matchScratch, a, set []uint32) []uint32 {
+	in := m.next()
+	for _, id := range set {
+		m.tmp[id] = in
+	}
+	start := len(m.arena)
+	for _, id := range a {
+		if m.tmp[id] == in {
+			m.arena = append(m.arena, id)
+		}
+	}
+	return m.arena[start:]
 }
 
 // scanLinear scores workers that may have holes by probing every position
