@@ -24,6 +24,9 @@ type model struct {
 	entries  map[mkey]map[uint64]map[WorkerKey]int
 	rev      map[WorkerKey]map[uint64]mplace
 	counters Counters
+	// step, when set, is called after each block of a Stored event is
+	// applied (under mu): the states an event passes through.
+	step func()
 }
 
 func newModel() *model {
@@ -147,6 +150,9 @@ func (ix *model) store(ev *Event) error {
 		}
 		g[ev.Worker]++
 		ix.counters.BlocksStored++
+		if ix.step != nil {
+			ix.step()
+		}
 	}
 	return nil
 }
