@@ -640,19 +640,9 @@ func (l *Log) syncLoop() {
 				break drain
 			}
 		}
-		err := l.fenced()
-		if err == nil {
-			// Every item was sent after its index became lastWritten,
-			// so this fsync covers them all.
-			l.fdMu.Lock()
-			serr := l.store.Sync()
-			l.fdMu.Unlock()
-			if serr != nil {
-				err = l.setFence(fmt.Errorf("sync: %w", serr))
-			} else {
-				l.syncs.Add(1)
-			}
-		}
+		// Every item was sent after its index became lastWritten, so
+		// this fsync covers them all.
+		err := l.syncTail()
 		for _, it := range items {
 			if err != nil {
 				answer(it.reqs, 0, err)
@@ -669,22 +659,30 @@ func (l *Log) syncNow() {
 	if !l.dirty || l.fenced() != nil {
 		return
 	}
-	if err := l.syncLocked(); err != nil {
-		l.setFence(fmt.Errorf("sync: %w", err))
+	if l.syncTail() == nil {
+		l.dirty = false
+		l.lastSync = time.Now()
 	}
 }
 
-// syncLocked syncs under SyncInterval or at Close (committer only).
-func (l *Log) syncLocked() error {
+// syncTail fsyncs the tail segment (every fsync of entries goes through
+// it). After a failed fsync, the next one on the same descriptor can
+// succeed although the pages the failure dropped are lost (Linux reports a
+// writeback error once): so the fence is checked, and a failure fences the
+// log, while fdMu is held, and no fsync ever follows a failed one.
+func (l *Log) syncTail() error {
 	l.fdMu.Lock()
-	err := l.store.Sync()
-	l.fdMu.Unlock()
-	if err != nil {
+	defer l.fdMu.Unlock()
+	if err := l.fenced(); err != nil {
 		return err
 	}
+	if l.tailFile == nil {
+		return fmt.Errorf("wal %s: %w", l.dir, ErrClosed)
+	}
+	if err := l.store.Sync(); err != nil {
+		return l.setFence(fmt.Errorf("sync: %w", err))
+	}
 	l.syncs.Add(1)
-	l.dirty = false
-	l.lastSync = time.Now()
 	return nil
 }
 
@@ -771,19 +769,7 @@ func (l *Log) TruncateFront(index uint64) error {
 // OS crash could take from the WAL (recovery would then find the WAL ending
 // before its newest snapshot). A failure fences the log.
 func (l *Log) Sync() error {
-	if err := l.fenced(); err != nil {
-		return err
-	}
-	l.fdMu.Lock()
-	defer l.fdMu.Unlock()
-	if l.tailFile == nil {
-		return fmt.Errorf("wal %s: %w", l.dir, ErrClosed)
-	}
-	if err := l.store.Sync(); err != nil {
-		return l.setFence(fmt.Errorf("sync: %w", err))
-	}
-	l.syncs.Add(1)
-	return nil
+	return l.syncTail()
 }
 
 // Entries iterates over the entries from index from (0 = the first) to the
