@@ -194,9 +194,10 @@ type Log struct {
 	quit    chan struct{}
 	stopped chan struct{}
 
-	closeMu  sync.Mutex
-	closed   bool
-	closeErr error
+	closeMu   sync.Mutex
+	closed    bool
+	closeDone chan struct{} // closed once the first Close has finished and set closeErr
+	closeErr  error
 
 	fence atomic.Pointer[error]
 
@@ -285,6 +286,7 @@ func Open(dir string, opts *Options) (*Log, error) {
 	l.queue = make(chan *request, o.MaxPending)
 	l.quit = make(chan struct{})
 	l.stopped = make(chan struct{})
+	l.closeDone = make(chan struct{})
 	l.syncerDone = make(chan struct{})
 	if o.Sync == SyncAlways {
 		l.toSync = make(chan *commitItem, 16)
@@ -879,10 +881,12 @@ func (l *Log) Close() error {
 	l.closeMu.Lock()
 	if l.closed {
 		l.closeMu.Unlock()
+		<-l.closeDone // a concurrent first Close may still be closing
 		return l.closeErr
 	}
 	l.closed = true
 	l.closeMu.Unlock()
+	defer close(l.closeDone)
 	close(l.quit)
 	<-l.stopped
 	var errs []error
