@@ -2,6 +2,7 @@ package wal
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -48,4 +49,44 @@ func TestConcurrentCloseWaitsForTheFirst(t *testing.T) {
 	}
 	// Both have returned: the directory is free.
 	mustOpen(t, l.Dir(), nil).Close()
+}
+
+// TruncateFront racing with Close: once Close has closed the tail
+// descriptor, TruncateFront must not open a new one (leaked, and making a
+// later Sync fsync a closed log and succeed).
+func TestTruncateFrontRacingClose(t *testing.T) {
+	l := mustOpen(t, t.TempDir(), nil)
+	for i := range 3 {
+		if _, err := l.Append(context.Background(), []engine.Event{storedEvent(1, uint64(i))}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.fdMu.Lock() // hold both where they need the descriptor
+	closed := make(chan error, 1)
+	go func() { closed <- l.Close() }()
+	<-l.stopped
+	time.Sleep(20 * time.Millisecond) // Close waits for fdMu, first in line
+	truncated := make(chan error, 1)
+	go func() { truncated <- l.TruncateFront(2) }()
+	for {
+		if f, _ := l.tw.FirstIndex(); f == 2 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond) // TruncateFront waits for fdMu, second in line
+	l.fdMu.Unlock()
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	<-truncated // truncated on disk either way
+	l.fdMu.Lock()
+	leaked := l.tailFile != nil
+	l.fdMu.Unlock()
+	if leaked {
+		t.Error("TruncateFront reopened the tail descriptor after Close")
+	}
+	if err := l.Sync(); !errors.Is(err, ErrClosed) {
+		t.Errorf("Sync after Close: %v, want ErrClosed", err)
+	}
 }

@@ -760,6 +760,11 @@ func (l *Log) TruncateFront(index uint64) error {
 	}
 	l.fdMu.Lock()
 	defer l.fdMu.Unlock()
+	if l.tailFile == nil {
+		// Close ran meanwhile (the truncation is done and durable): a
+		// descriptor opened now would never be closed.
+		return nil
+	}
 	if err := l.reopenTail(); err != nil {
 		return l.setFence(fmt.Errorf("truncate front: %w", err))
 	}
