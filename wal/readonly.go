@@ -138,7 +138,10 @@ func Inspect(dir string) (Layout, error) {
 // an error (it is not part of the log: see Layout.TornBytes). A range
 // starting before the first index fails with [ErrTruncated]. An error from
 // fn ends the scan and is returned as is. The layout is returned in every
-// case.
+// case. On a live log, a segment file its TruncateFront removes or renames
+// during the scan is not an error: the scan goes on from a new listing of
+// the directory, and fails with ErrTruncated only if entries it had yet to
+// yield were truncated.
 func Scan(dir string, from, to uint64, fn func(Entry) error) (Layout, error) {
 	if to == 0 {
 		to = ^uint64(0)
@@ -147,32 +150,52 @@ func Scan(dir string, from, to uint64, fn func(Entry) error) (Layout, error) {
 }
 
 // walk is Inspect and Scan: entries from..to (from > to: none) are decoded
-// and passed to fn.
+// and passed to fn. A live log's TruncateFront removes and renames segment
+// files: one listed but gone when read is not an error; the walk starts
+// again from a new listing, past the entries already passed to fn (if they
+// were truncated meanwhile, the read fails with ErrTruncated as usual).
 func walk(dir string, from, to uint64, fn func(Entry) error) (Layout, error) {
-	var lay Layout
+	for attempt := 0; ; attempt++ {
+		lay, vanished, passed, err := walkOnce(dir, from, to, fn)
+		if !vanished || attempt == 100 {
+			return lay, err
+		}
+		if passed > 0 {
+			if passed == ^uint64(0) {
+				return lay, nil
+			}
+			from = passed + 1
+		}
+	}
+}
+
+// walkOnce is one walk over one listing of dir. vanished tells that a
+// listed segment file was gone when read; passed is the index of the last
+// entry passed to fn (0: none).
+func walkOnce(dir string, from, to uint64, fn func(Entry) error) (lay Layout, vanished bool, passed uint64, err error) {
 	all, err := listSegments(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		lay.FirstIndex, lay.LastIndex = 1, 0
-		return lay, nil
+		return lay, false, passed, nil
 	}
 	if err != nil {
-		return lay, fmt.Errorf("wal %s: %w", dir, err)
+		return lay, false, passed, fmt.Errorf("wal %s: %w", dir, err)
 	}
 	segs, ignored, pending, err := resolveSegments(all)
 	lay.Ignored, lay.Pending = ignored, pending
 	if err != nil {
-		return lay, fmt.Errorf("wal %s: %w", dir, err)
+		return lay, false, passed, fmt.Errorf("wal %s: %w", dir, err)
 	}
 	if len(segs) == 0 {
 		lay.FirstIndex, lay.LastIndex = 1, 0
-		return lay, nil
+		return lay, false, passed, nil
 	}
 	lay.FirstIndex = segs[0].index
 	if from == 0 {
 		from = lay.FirstIndex
 	}
 	if fn != nil && from < lay.FirstIndex && from <= to {
-		return lay, fmt.Errorf("wal %s: read from %d, first index is %d: %w", dir, from, lay.FirstIndex, ErrTruncated)
+		return lay, false, passed, fmt.Errorf("wal %s: read from %d, first index is %d: %w", dir, from, lay.FirstIndex, ErrTruncated)
 	}
 	var scanErr error
 	inRange := func(a, b uint64) bool { return fn != nil && from <= to && b >= from && a <= to }
@@ -185,7 +208,7 @@ func walk(dir string, from, to uint64, fn func(Entry) error) (Layout, error) {
 	for si, s := range segs {
 		data, err := os.ReadFile(filepath.Join(dir, s.name))
 		if err != nil {
-			return lay, fmt.Errorf("wal %s: segment %s: %w", dir, s.name, err)
+			return lay, errors.Is(err, os.ErrNotExist), passed, fmt.Errorf("wal %s: segment %s: %w", dir, s.name, err)
 		}
 		info := SegmentInfo{Name: s.name, FirstIndex: s.index, Bytes: int64(len(data))}
 		lay.Bytes += int64(len(data))
@@ -268,7 +291,9 @@ func walk(dir string, from, to uint64, fn func(Entry) error) (Layout, error) {
 					if derr != nil {
 						fail("segment %s offset %d: entry %d: %v", s.name, off, index, derr)
 					} else if ferr := fn(Entry{Index: index, Events: events, Positions: positions}); ferr != nil {
-						return lay, ferr
+						return lay, false, passed, ferr
+					} else {
+						passed = index
 					}
 				}
 			}
@@ -289,7 +314,7 @@ func walk(dir string, from, to uint64, fn func(Entry) error) (Layout, error) {
 				for p := good + 1; p < len(data); p++ {
 					if validEntryAt(data[p:]) {
 						lay.Segments = append(lay.Segments, info)
-						return lay, &DamageError{Dir: dir, Segment: s.name, Offset: int64(good), Next: int64(p), Entry: lay.LastIndex + 1}
+						return lay, false, passed, &DamageError{Dir: dir, Segment: s.name, Offset: int64(good), Next: int64(p), Entry: lay.LastIndex + 1}
 					}
 				}
 				lay.TornSegment, lay.TornOffset, lay.TornBytes = s.name, int64(good), int64(len(data)-good)
@@ -311,7 +336,7 @@ func walk(dir string, from, to uint64, fn func(Entry) error) (Layout, error) {
 		}
 		lay.Segments = append(lay.Segments, info)
 	}
-	return lay, scanErr
+	return lay, false, passed, scanErr
 }
 
 // frames walks b's tidwall/wal framing: it returns how many whole entries
