@@ -45,6 +45,12 @@ const minFrame = frameHeader + 1
 // length never makes the decoder allocate without bound.
 const maxDecodedLen = 1 << 30
 
+// maxSnappyExpansion bounds how many bytes snappy decodes from one: a 3-byte
+// copy op yields at most 64 (64 MiB of zeros compresses 21.3 to 1). An entry
+// whose declared length its compressed bytes cannot reach is refused before
+// snappy allocates that length.
+const maxSnappyExpansion = 22
+
 const (
 	flagParent = 1 << iota
 	flagStart
@@ -186,8 +192,8 @@ func decodeEntry(p []byte) ([]engine.Event, []Position, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: snappy: %v", errDecode, err)
 	}
-	if n > maxDecodedLen {
-		return nil, nil, fmt.Errorf("%w: decoded length %d too large", errDecode, n)
+	if n > maxDecodedLen || n/maxSnappyExpansion > len(z) {
+		return nil, nil, fmt.Errorf("%w: decoded length %d too large for %d compressed bytes", errDecode, n, len(z))
 	}
 	raw, err := snappy.Decode(nil, z)
 	if err != nil {

@@ -2,9 +2,13 @@ package wal
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"hash/crc32"
 	"math"
 	"reflect"
+	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/kvidx/kvidx/engine"
@@ -194,4 +198,27 @@ func FuzzDecodeBatch(f *testing.F) {
 			t.Fatal("re-encoded batch decodes differently")
 		}
 	})
+}
+
+// TestDecodeEntryDeclaredLength: an entry with a valid CRC whose snappy
+// header declares far more than its bytes can decode to is refused before
+// snappy allocates the declared length.
+func TestDecodeEntryDeclaredLength(t *testing.T) {
+	for _, declared := range []uint64{1 << 20, 1 << 29} {
+		z := append(binary.AppendUvarint(nil, declared), 0, 0, 0)
+		p := make([]byte, frameHeader, frameHeader+len(z))
+		p[0] = formatVersion
+		p = append(p, z...)
+		binary.LittleEndian.PutUint32(p[1:frameHeader], crc32.Checksum(z, castagnoli))
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		_, _, err := decodeEntry(p)
+		runtime.ReadMemStats(&after)
+		if err == nil || !strings.Contains(err.Error(), "too large") {
+			t.Fatalf("declared %d: %v, want a refusal", declared, err)
+		}
+		if grew := after.TotalAlloc - before.TotalAlloc; grew > 64<<10 {
+			t.Fatalf("declared %d: %d bytes allocated before the refusal", declared, grew)
+		}
+	}
 }
