@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -101,7 +102,39 @@ func sanitize(msg, dir string) string {
 // load, the chosen snapshot is loaded (snapshot.Load, as a restart does) and
 // returned, with a progress bar on progress when it is a terminal (nil: no
 // bar); otherwise candidates are checked with Reader.Verify only.
-func planRecovery(ctx context.Context, dir string, load bool, progress io.Writer) (*recoveryPlan, *engine.Index, error) {
+//
+// On the directory of a running server, a WAL segment or snapshot listed a
+// moment ago can be gone when it is read (the server truncated its WAL or
+// pruned a snapshot), and a snapshot published after the WAL was read can
+// lie beyond the WAL's end as read: the server at work, not a defect of the
+// directory. The plan is then made again, a few times.
+func planRecovery(ctx context.Context, dir string, load bool, progress io.Writer) (p *recoveryPlan, ix *engine.Index, err error) {
+	for attempt := 1; ; attempt++ {
+		var raced bool
+		p, ix, raced, err = planRecoveryOnce(ctx, dir, load, progress)
+		if !raced || attempt == planAttempts || ctx.Err() != nil {
+			return p, ix, err
+		}
+	}
+}
+
+// planAttempts bounds how often planRecovery plans again a directory that
+// changed while it read it.
+const planAttempts = 5
+
+// planRecoveryOnce is one attempt of planRecovery; raced reports that the
+// directory changed while it was read.
+func planRecoveryOnce(ctx context.Context, dir string, load bool, progress io.Writer) (_ *recoveryPlan, _ *engine.Index, raced bool, _ error) {
+	p, ix, err := planRecoveryRead(ctx, dir, load, progress, &raced)
+	if err != nil && errors.Is(err, fs.ErrNotExist) {
+		if _, serr := os.Stat(dir); serr == nil {
+			raced = true
+		}
+	}
+	return p, ix, raced, err
+}
+
+func planRecoveryRead(ctx context.Context, dir string, load bool, progress io.Writer, raced *bool) (*recoveryPlan, *engine.Index, error) {
 	fi, err := os.Stat(dir)
 	if err != nil {
 		return nil, nil, fmt.Errorf("data dir %s: %w", dir, err)
@@ -158,6 +191,9 @@ func planRecovery(ctx context.Context, dir string, load bool, progress io.Writer
 		contig = max(contig, g.To+1)
 	}
 	if len(snaps) > 0 && snaps[0].Index > last {
+		// Published after the WAL was read, or the WAL really lost its end:
+		// reading again tells.
+		*raced = true
 		p.Refusal = fmt.Sprintf("snapshot %s is at WAL index %d but the WAL ends at %d: acknowledged entries %d..%d are missing",
 			filepath.Base(snaps[0].Path), snaps[0].Index, last, last+1, snaps[0].Index)
 		return p, nil, nil
@@ -189,6 +225,9 @@ func planRecovery(ctx context.Context, dir string, load bool, progress io.Writer
 				if ctx.Err() != nil {
 					return nil, nil, ctx.Err()
 				}
+				if errors.Is(err, fs.ErrNotExist) {
+					*raced = true // pruned since it was listed
+				}
 				skip(err.Error())
 				continue
 			}
@@ -196,6 +235,9 @@ func planRecovery(ctx context.Context, dir string, load bool, progress io.Writer
 		} else {
 			r, err := snapshot.Open(f.Path)
 			if err != nil {
+				if errors.Is(err, fs.ErrNotExist) {
+					*raced = true // pruned since it was listed
+				}
 				skip(err.Error())
 				continue
 			}
