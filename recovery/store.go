@@ -33,8 +33,8 @@ type Options struct {
 	KeepSnapshots int
 	// Logger receives recovery progress and reports; default slog.Default().
 	Logger *slog.Logger
-	// ProgressInterval is the least time between two replay progress
-	// reports; default 1s.
+	// ProgressInterval is the least time between two progress reports of
+	// a snapshot load or of the WAL replay; default 1s.
 	ProgressInterval time.Duration
 	// WrapStore, if set, wraps the file layer the WAL writes through (see
 	// [wal.Options]): metrics and fault injection.
