@@ -25,8 +25,9 @@
 // such records in bulk, recomputing which workers are hole-free.
 //
 // Memory follows the index down after a peak: places live in paged slabs
-// referred to by number, and when a shard's slabs are mostly free the writer
-// compacts them and rewrites every reference.
+// referred to by number, and when an eighth of a shard's place slots (and at
+// least a page of them) are free the writer compacts them and rewrites every
+// reference.
 //
 // The package does no I/O: the write-ahead log, snapshots and event decoders
 // live in other packages and feed [Event] values to [Index.Apply].
