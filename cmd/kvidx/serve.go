@@ -73,7 +73,8 @@ With --nats-url, the node also consumes a NATS JetStream stream of events
 (each message one event or an NDJSON batch) with its own ordered consumer,
 resuming after the last message its own WAL recorded: replicas fed by one
 stream hold the same index. Lost messages (expired or purged before this node
-applied them) keep the node not ready unless --nats-allow-gap.
+applied them, or a stream deleted and recreated) keep the node not ready
+unless --nats-allow-gap.
 
 Every flag can also be set by an environment variable: KVIDX_ and the flag
 name in upper case with _ for -, e.g. KVIDX_DATA_DIR=/var/lib/kvidx.`,
@@ -104,7 +105,7 @@ name in upper case with _ for -, e.g. KVIDX_DATA_DIR=/var/lib/kvidx.`,
 	fl.StringVar(&f.natsURL, "nats-url", "", "consume KV events from this NATS server's JetStream stream (e.g. nats://127.0.0.1:4222)")
 	fl.StringVar(&f.natsStream, "nats-stream", "KV_EVENTS", "JetStream stream to consume")
 	fl.StringVar(&f.natsSubject, "nats-subject", "kv.events.>", "subjects of the stream to consume")
-	fl.BoolVar(&f.natsAllowGap, "nats-allow-gap", false, "continue when stream messages this node never applied are gone (expired or purged)")
+	fl.BoolVar(&f.natsAllowGap, "nats-allow-gap", false, "continue when stream messages this node never applied are gone (expired, purged, or the stream deleted and recreated)")
 	return cmd
 }
 
