@@ -30,9 +30,11 @@
 // handlers share their logic with the net/http ones) and passes every other
 // request to the http.Handler. Run serves until its context is cancelled, triggering snapshots
 // every N events or every interval when the index changed; on cancellation it
-// stops accepting, drains in-flight requests, stops the event sources started
-// with [Server.GoSource] (registered for readiness with [Server.AddSource])
-// and takes a final snapshot. The caller then closes the store.
+// ends the context of the event sources started with [Server.GoSource]
+// (registered for readiness with [Server.AddSource]), stops accepting and
+// drains in-flight requests while they stop, waits for the sources, and then
+// takes a final snapshot, so that nothing is appended after it. The caller
+// then closes the store.
 //
 // [LoadGen] replays a workload (package workload) against a server with a
 // minimal HTTP/1.1 client: per request a match, its events then batched by
