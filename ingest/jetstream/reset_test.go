@@ -54,8 +54,17 @@ func (m *posStore) count() int {
 func publishCleared(t *testing.T, url string, n int) {
 	t.Helper()
 	jsc := jetStream(t, url)
-	if _, err := EnsureStream(context.Background(), jsc, testStream, testPrefix+".>"); err != nil {
-		t.Fatal(err)
+	// Right after a stream is deleted, the server may still be removing its
+	// store, and creating the stream again fails for a moment ("error
+	// creating store for stream", seen once in CI under load).
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		_, err := EnsureStream(context.Background(), jsc, testStream, testPrefix+".>")
+		if err == nil {
+			break
+		}
+		if !strings.Contains(err.Error(), "error creating store") || time.Now().After(deadline) {
+			t.Fatal(err)
+		}
 	}
 	for i := range n {
 		if _, err := jsc.Publish(context.Background(), testPrefix+".1", fmt.Appendf(nil, `{"worker_id":1,"event":{"event_id":%d,"data":"cleared"}}`, i+1)); err != nil {
