@@ -107,7 +107,8 @@ func (s *Server) fastServer() *fasthttp.Server {
 
 // readFastBody reads the body of a fasthttp request as readBodyFrom does:
 // the buffer grows as bytes arrive, so a client that declares a large body
-// and sends none pins only what fasthttp reads ahead (at most 8 KiB).
+// and sends little pins what fasthttp reads ahead (at most 8 KiB) and what
+// readBodyFrom reserves (at most maxReservedBody), not the declared length.
 func (s *Server) readFastBody(ctx *fasthttp.RequestCtx) (*bytes.Buffer, reply, bool) {
 	// -1: chunked; -2: no length and no body (fasthttp reads none).
 	declared := max(declaredLength(ctx), -1)

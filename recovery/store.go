@@ -421,20 +421,25 @@ func (s *Store) Close() error {
 	return s.closeErr
 }
 
-// damageCoveredHint adds to a refusal of damage inside the WAL the better
-// way out when a snapshot holds the damaged entry: cutting the entries
-// before it loses nothing acknowledged, where the cut the WAL's own message
-// names (after the damage) would leave the log ending before the snapshot.
-func (s *Store) damageCoveredHint(err error) string {
+// damageCoveredHint is DamageRepairHint for the store's directory.
+func (s *Store) damageCoveredHint(err error) string { return DamageRepairHint(s.dir, err) }
+
+// DamageRepairHint returns what to add to err, a refusal of damage inside
+// the WAL of dataDir (a [wal.DamageError]), when a snapshot holds the
+// damaged entry: cutting the entries before it loses nothing acknowledged,
+// where the cut the WAL's own message names (after the damage) would leave
+// the log ending before the snapshot. It returns "" otherwise. Recovery's
+// refusal and the offline tools that predict it use it alike.
+func DamageRepairHint(dataDir string, err error) string {
 	var de *wal.DamageError
 	if !errors.As(err, &de) {
 		return ""
 	}
-	snaps, lerr := snapshot.List(s.snapDir)
+	snaps, lerr := snapshot.List(filepath.Join(dataDir, SnapshotDirName))
 	if lerr != nil || len(snaps) == 0 || snaps[0].Index < de.Entry {
 		return ""
 	}
 	return fmt.Sprintf("; but snapshot %s holds every entry up to %d, the damaged entry %d included: if it is good, "+
 		"kvidx wal repair %s --truncate-before %d --yes removes the entries up to %d instead (it verifies that snapshot first), and loses nothing acknowledged",
-		filepath.Base(snaps[0].Path), snaps[0].Index, de.Entry, s.dir, snaps[0].Index+1, snaps[0].Index)
+		filepath.Base(snaps[0].Path), snaps[0].Index, de.Entry, dataDir, snaps[0].Index+1, snaps[0].Index)
 }

@@ -169,7 +169,7 @@ func planRecoveryRead(ctx context.Context, dir string, load bool, progress io.Wr
 		return p, nil, nil
 	}
 	if lerr != nil {
-		w.OpenRefusal = sanitize(lerr.Error(), dir)
+		w.OpenRefusal = sanitize(lerr.Error()+recovery.DamageRepairHint(dir, lerr), dir)
 		p.Refusal = "the WAL cannot be opened: " + w.OpenRefusal
 		return p, nil, nil
 	}

@@ -193,18 +193,6 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	// Once the shutdown has begun, a second SIGTERM or SIGINT takes the
-	// default action and ends the process at once: a drain held up by a
-	// slow client or a long final snapshot can still be cut short without
-	// SIGKILL. Nothing acknowledged is lost (the WAL holds it; an
-	// interrupted snapshot's temporary file is removed at the next start).
-	go func() {
-		<-ctx.Done()
-		if cmd.Context().Err() == nil {
-			log.Info("shutting down; a second SIGTERM or SIGINT stops at once")
-		}
-		stop()
-	}()
 
 	cfg := node.DefaultConfig()
 	cfg.MaxBodyBytes = f.maxBodyBytes
@@ -239,6 +227,19 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		}
 	}
 	srv.SetStore(store)
+	// Once the shutdown has begun, a second SIGTERM or SIGINT takes the
+	// default action and ends the process at once: a drain held up by a
+	// slow client or a long final snapshot can still be cut short without
+	// SIGKILL. Nothing acknowledged is lost (the WAL holds it; an
+	// interrupted snapshot's temporary file is removed at the next start).
+	// (A signal during recovery ends it: recovery.Open returns.)
+	go func() {
+		<-ctx.Done()
+		if cmd.Context().Err() == nil {
+			log.Info("shutting down; a second SIGTERM or SIGINT stops at once")
+		}
+		stop()
+	}()
 	for _, spec := range specs {
 		src := ingest.NewZMQSource(spec, srv.SourceStore(store), ingest.ZMQOptions{Logger: log})
 		srv.AddSource(func() node.SourceStatus {

@@ -156,6 +156,13 @@ func TestWALRepairBeforeCoveredDamage(t *testing.T) {
 		t.Fatalf("open: %v, want ErrCorrupt naming --truncate-before 4", err)
 	}
 	t.Log(err)
+	// The offline tools that predict a restart name the same cut.
+	for _, args := range [][]string{{"recover", "--data-dir", data, "--dry-run"}, {"wal", "stat", data}} {
+		out, _, _ := runKvidx(t, "", args...)
+		if !strings.Contains(out, "--truncate-before 4 --yes") {
+			t.Errorf("kvidx %v does not name --truncate-before 4:\n%s", args, out)
+		}
+	}
 	backup := filepath.Join(t.TempDir(), "backup")
 	if _, _, err := runKvidx(t, "", "wal", "repair", data, "--truncate-after", "1", "--yes", "--backup", backup); err == nil ||
 		!strings.Contains(err.Error(), "use --truncate-before 4") {
