@@ -73,7 +73,10 @@ func (s *Store) recover(ctx context.Context) error {
 				return ctx.Err()
 			}
 			s.skip(f, err.Error())
-			if errors.Is(err, snapshot.ErrCorrupt) {
+			// A damaged file is moved aside; one that is unreadable for
+			// another reason (permissions, a lock held, another build's
+			// format) stays, not counted among the snapshots kept.
+			if errors.Is(err, snapshot.ErrCorrupt) && !errors.Is(err, snapshot.ErrIncompatible) {
 				damaged = append(damaged, f)
 			}
 			continue

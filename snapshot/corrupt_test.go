@@ -189,6 +189,10 @@ func TestBadMeta(t *testing.T) {
 		if !errors.Is(err, ErrCorrupt) || err.Error() != "snapshot "+p+": "+c.want {
 			t.Fatalf("%s: %v", c.name, err)
 		}
+		// Its meta checksum fails: damaged, not another build's file.
+		if errors.Is(err, ErrIncompatible) {
+			t.Fatalf("%s: %v matches ErrIncompatible", c.name, err)
+		}
 		checkBad(t, c.name, bad, true, ix, qs)
 	}
 	// Meta consistent but the data checksum differs.

@@ -23,10 +23,22 @@ import (
 // sound snapshot: recovery falls back to an older one.
 var ErrCorrupt = errors.New("corrupt snapshot")
 
-type corruptError struct{ path, defect string }
+// ErrIncompatible matches (with errors.Is), besides ErrCorrupt, the errors
+// about a sound file that another kvidx build wrote and this one cannot
+// read: a newer format version, another hash seed or sequence rule, its
+// meta intact (its meta checksum holds). Recovery falls back to an older
+// snapshot as for a damaged one, but leaves the file where it is.
+var ErrIncompatible = errors.New("snapshot of another kvidx build")
 
-func (e *corruptError) Error() string        { return fmt.Sprintf("snapshot %s: %s", e.path, e.defect) }
-func (e *corruptError) Is(target error) bool { return target == ErrCorrupt }
+type corruptError struct {
+	path, defect string
+	incompatible bool // a sound file of another build (ErrIncompatible)
+}
+
+func (e *corruptError) Error() string { return fmt.Sprintf("snapshot %s: %s", e.path, e.defect) }
+func (e *corruptError) Is(target error) bool {
+	return target == ErrCorrupt || e.incompatible && target == ErrIncompatible
+}
 
 func corrupt(path, format string, args ...any) error {
 	return &corruptError{path: path, defect: fmt.Sprintf(format, args...)}
@@ -126,7 +138,11 @@ func (r *Reader) readHead(tx *bolt.Tx) error {
 	}
 	ver := binary.BigEndian.Uint32(v)
 	if ver < minFormatVersion || ver > FormatVersion {
-		return corrupt(path, "unknown format version %d (this build reads %d to %d)", ver, minFormatVersion, FormatVersion)
+		err := &corruptError{path: path, defect: fmt.Sprintf("unknown format version %d (this build reads %d to %d)", ver, minFormatVersion, FormatVersion)}
+		// A newer build's file whose meta checksum holds is not damaged
+		// (a flipped version byte would fail the checksum).
+		err.incompatible = ver > FormatVersion && metaChecksumHolds(mb)
+		return err
 	}
 	for _, k := range []string{metaWALIndex, metaCreated, metaHashSeed, metaSeqRule, metaEntries, metaHolderBlocks,
 		metaWorkerKeys, metaPlaces, metaChunks, metaCounters, metaSources, metaChecksum} {
@@ -134,18 +150,10 @@ func (r *Reader) readHead(tx *bolt.Tx) error {
 			return err
 		}
 	}
-	want, err := get(metaMetaChecksum, 4)
-	if err != nil {
+	if _, err := get(metaMetaChecksum, 4); err != nil {
 		return err
 	}
-	var mcrc uint32
-	c := mb.Cursor()
-	for k, v := c.First(); k != nil; k, v = c.Next() {
-		if string(k) != metaMetaChecksum {
-			mcrc = checksumUpdate(checksumUpdate(mcrc, k), v)
-		}
-	}
-	if mcrc != binary.BigEndian.Uint32(want) {
+	if !metaChecksumHolds(mb) {
 		return corrupt(path, "meta checksum mismatch")
 	}
 	m := &r.meta
@@ -162,14 +170,14 @@ func (r *Reader) readHead(tx *bolt.Tx) error {
 	if err != nil {
 		return err
 	}
-	if seed != engine.Seed {
-		return corrupt(path, "hash seed %d, this build hashes with %d", seed, uint64(engine.Seed))
+	if seed != engine.Seed { // the meta checksum holds: another build's file
+		return &corruptError{path: path, defect: fmt.Sprintf("hash seed %d, this build hashes with %d", seed, uint64(engine.Seed)), incompatible: true}
 	}
 	if v, err = get(metaSeqRule, 0); err != nil {
 		return err
 	}
-	if string(v) != SeqRule {
-		return corrupt(path, "sequence rule %q, this build chains %q", v, SeqRule)
+	if string(v) != SeqRule { // the meta checksum holds: another build's file
+		return &corruptError{path: path, defect: fmt.Sprintf("sequence rule %q, this build chains %q", v, SeqRule), incompatible: true}
 	}
 	var counts [5]uint64
 	for i, k := range []string{metaEntries, metaHolderBlocks, metaWorkerKeys, metaPlaces, metaChunks} {
@@ -219,6 +227,23 @@ func (r *Reader) readHead(tx *bolt.Tx) error {
 		return corrupt(path, "no places bucket")
 	}
 	return nil
+}
+
+// metaChecksumHolds reports whether the meta bucket's meta checksum key
+// holds the CRC-32C of every other key and value, in key order.
+func metaChecksumHolds(mb *bolt.Bucket) bool {
+	want := mb.Get([]byte(metaMetaChecksum))
+	if len(want) != 4 {
+		return false
+	}
+	var mcrc uint32
+	c := mb.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		if string(k) != metaMetaChecksum {
+			mcrc = checksumUpdate(checksumUpdate(mcrc, k), v)
+		}
+	}
+	return mcrc == binary.BigEndian.Uint32(want)
 }
 
 func lessKey(a, b engine.WorkerKey) bool {
