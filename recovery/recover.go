@@ -47,8 +47,7 @@ func (s *Store) recover(ctx context.Context) error {
 	}
 	// A published snapshot proves the WAL once reached its index.
 	if len(snaps) > 0 && snaps[0].Index > last {
-		return refuse(fmt.Sprintf("snapshot %s is at WAL index %d but the WAL ends at %d: acknowledged entries %d..%d are missing",
-			snaps[0].Path, snaps[0].Index, last, last+1, snaps[0].Index))
+		return refuse(WALBehindSnapshot(s.dir, snaps[0], last))
 	}
 
 	var (
@@ -302,4 +301,16 @@ func (s *Store) loadProgress(path string, start time.Time) func(done, total int)
 			"places_per_s", int(float64(done-lastDone)/now.Sub(last).Seconds()))
 		last, lastDone = now, done
 	}
+}
+
+// WALBehindSnapshot is why a data directory whose WAL ends at last, before
+// its newest snapshot snap, is refused, and the operator's way out: the
+// snapshot holds every entry up to its index, and the WAL can be made to
+// continue after it (entries acknowledged after the snapshot, if any, are
+// gone with the WAL's end either way). Recovery's refusal and the offline
+// tools that predict it use it alike.
+func WALBehindSnapshot(dataDir string, snap snapshot.File, last uint64) string {
+	return fmt.Sprintf("snapshot %s is at WAL index %d but the WAL ends at %d: acknowledged entries %d..%d are missing from the WAL; "+
+		"if that snapshot is good it holds them, and kvidx wal repair %s --truncate-before %d --yes (it verifies the snapshot first) makes the WAL continue after it",
+		filepath.Base(snap.Path), snap.Index, last, last+1, snap.Index, dataDir, snap.Index+1)
 }

@@ -194,8 +194,7 @@ func planRecoveryRead(ctx context.Context, dir string, load bool, progress io.Wr
 		// Published after the WAL was read, or the WAL really lost its end:
 		// reading again tells.
 		*raced = true
-		p.Refusal = fmt.Sprintf("snapshot %s is at WAL index %d but the WAL ends at %d: acknowledged entries %d..%d are missing",
-			filepath.Base(snaps[0].Path), snaps[0].Index, last, last+1, snaps[0].Index)
+		p.Refusal = sanitize(recovery.WALBehindSnapshot(dir, snaps[0], last), dir)
 		return p, nil, nil
 	}
 	var ix *engine.Index

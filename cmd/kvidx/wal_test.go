@@ -262,3 +262,49 @@ func repairDataDir(t *testing.T, n int, snapAfter ...int) (string, recovery.Opti
 	}
 	return data, opts, evs
 }
+
+// TestWALBehindSnapshotRepair: the WAL lost its last entry, which the
+// newest snapshot holds. A restart refuses and names --truncate-before,
+// and after that repair it starts from the snapshot, appending after it.
+func TestWALBehindSnapshotRepair(t *testing.T) {
+	data, opts, evs := repairDataDir(t, 3, 3)
+	ctx := context.Background()
+	seg := filepath.Join(data, "wal", fmt.Sprintf("%020d", 1))
+	b, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := 0
+	for range 2 {
+		size, hn := binary.Uvarint(b[off:])
+		off += hn + int(size)
+	}
+	if err := os.WriteFile(seg, b[:off], 0o640); err != nil { // entries 1..2 remain
+		t.Fatal(err)
+	}
+	_, err = recovery.Open(ctx, data, opts)
+	if !errors.Is(err, recovery.ErrUnrecoverable) || !strings.Contains(err.Error(), "--truncate-before 4 --yes") {
+		t.Fatalf("open: %v, want a refusal naming --truncate-before 4", err)
+	}
+	if out, _, _ := runKvidx(t, "", "recover", "--data-dir", data, "--dry-run"); !strings.Contains(out, "--truncate-before 4 --yes") {
+		t.Errorf("recover --dry-run does not name --truncate-before 4:\n%s", out)
+	}
+	if _, _, err := runKvidx(t, "", "wal", "repair", data, "--truncate-before", "4", "--yes", "--backup", filepath.Join(t.TempDir(), "b")); err != nil {
+		t.Fatal(err)
+	}
+	s, err := recovery.Open(ctx, data, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	want := engine.New()
+	for i := range evs {
+		want.Apply(&evs[i])
+	}
+	if r := s.Report(); r.SnapshotUsed.Index != 3 || s.Index().Stats() != want.Stats() {
+		t.Fatalf("after the repair: report %+v, stats %+v, want %+v", r, s.Index().Stats(), want.Stats())
+	}
+	if idx, _, err := s.Append(ctx, nil, nil); err != nil || idx != 4 {
+		t.Fatalf("append after the repair: %d, %v; want 4", idx, err)
+	}
+}
