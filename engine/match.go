@@ -176,10 +176,15 @@ func (ix *Index) holdersAt(m *matchScratch, pos int) []uint32 {
 
 // cleanHoldersAt is holdersAt restricted to ids stamped with epoch clean.
 func (ix *Index) cleanHoldersAt(m *matchScratch, pos int, clean uint32) []uint32 {
+	return ix.holdersMarked(m, pos, m.mark, clean)
+}
+
+// holdersMarked is holdersAt restricted to the ids whose marks are want.
+func (ix *Index) holdersMarked(m *matchScratch, pos int, marks []uint32, want uint32) []uint32 {
 	set := ix.holdersAt(m, pos)
 	k := 0
 	for _, id := range set {
-		if m.mark[id] == clean {
+		if marks[id] == want {
 			set[k] = id
 			k++
 		}
@@ -228,16 +233,7 @@ func (ix *Index) holdersWithin(m *matchScratch, pos int, set []uint32) []uint32 
 	for _, id := range set {
 		m.tmp[id] = in
 	}
-	got := ix.holdersAt(m, pos)
-	k := 0
-	for _, id := range got {
-		if m.tmp[id] == in {
-			got[k] = id
-			k++
-		}
-	}
-	m.arena = m.arena[:len(m.arena)-len(got)+k]
-	return got[:k]
+	return ix.holdersMarked(m, pos, m.tmp, in)
 }
 
 // within appends to the arena the ids of a that are in set.
