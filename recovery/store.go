@@ -183,7 +183,7 @@ func Open(ctx context.Context, dir string, opts Options) (_ *Store, err error) {
 		WrapStore:     opts.WrapStore,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("data dir %s: %w%s", dir, err, s.damageCoveredHint(err))
+		return nil, fmt.Errorf("data dir %s: %w%s", dir, err, DamageRepairHint(dir, err))
 	}
 	s.report.TornBytesDropped = s.log.Stats().TornBytesDropped
 	if err := s.recover(ctx); err != nil {
@@ -420,9 +420,6 @@ func (s *Store) Close() error {
 	})
 	return s.closeErr
 }
-
-// damageCoveredHint is DamageRepairHint for the store's directory.
-func (s *Store) damageCoveredHint(err error) string { return DamageRepairHint(s.dir, err) }
 
 // DamageRepairHint returns what to add to err, a refusal of damage inside
 // the WAL of dataDir (a [wal.DamageError]), when a snapshot holds the
