@@ -311,11 +311,9 @@ func walkOnce(dir string, from, to uint64, fn func(Entry) error) (lay Layout, va
 				// What Open would do: cut from good, unless a valid entry
 				// starts anywhere after it (damage inside the log).
 				lay.LastIndex = s.index + countEntries(data[:good]) - 1
-				for p := good + 1; p < len(data); p++ {
-					if validEntryAt(data[p:]) {
-						lay.Segments = append(lay.Segments, info)
-						return lay, false, passed, &DamageError{Dir: dir, Segment: s.name, Offset: int64(good), Next: int64(p), Entry: lay.LastIndex + 1}
-					}
+				if p := nextValid(data, good); p >= 0 {
+					lay.Segments = append(lay.Segments, info)
+					return lay, false, passed, &DamageError{Dir: dir, Segment: s.name, Offset: int64(good), Next: int64(p), Entry: lay.LastIndex + 1}
 				}
 				lay.TornSegment, lay.TornOffset, lay.TornBytes = s.name, int64(good), int64(len(data)-good)
 				// Entries after good were counted as damage: they are the tail.

@@ -143,10 +143,8 @@ func repairTail(dir string, logger *slog.Logger) (int64, error) {
 	if good == len(data) {
 		return 0, nil
 	}
-	for p := good + 1; p < len(data); p++ {
-		if validEntryAt(data[p:]) {
-			return 0, &DamageError{Dir: dir, Segment: name, Offset: int64(good), Next: int64(p), Entry: first + uint64(count)}
-		}
+	if p := nextValid(data, good); p >= 0 {
+		return 0, &DamageError{Dir: dir, Segment: name, Offset: int64(good), Next: int64(p), Entry: first + uint64(count)}
 	}
 	dropped := int64(len(data) - good)
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
