@@ -61,6 +61,19 @@ func tailPath(t *testing.T, dir string) string {
 	return filepath.Join(dir, segs[len(segs)-1].name)
 }
 
+// readUntilError reads l from its first entry and returns how many entries
+// it read before the first error, and that error (nil: none).
+func readUntilError(l *Log) (int, error) {
+	count := 0
+	for _, err := range l.Entries(0) {
+		if err != nil {
+			return count, err
+		}
+		count++
+	}
+	return count, nil
+}
+
 // cloneDir copies dir's segment files into a new temp dir.
 func cloneDir(t *testing.T, dir string) string {
 	t.Helper()
@@ -232,15 +245,7 @@ func TestEarlierSegmentDamageOnRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	var got error
-	count := 0
-	for _, err := range l.Entries(0) {
-		if err != nil {
-			got = err
-			break
-		}
-		count++
-	}
+	count, got := readUntilError(l)
 	if count != 1 || !errors.Is(got, ErrCorrupt) || !strings.Contains(got.Error(), segs[0].name) ||
 		!strings.Contains(got.Error(), fmt.Sprintf("offset %d:", ends[0])) {
 		t.Fatalf("read %d entries then %v", count, got)
@@ -269,13 +274,7 @@ func TestRepairTruncateAfter(t *testing.T) {
 	}
 	// Damage outside the tail is only seen while reading.
 	l := mustOpen(t, src, nil)
-	count := 0
-	for _, err := range l.Entries(0) {
-		if err != nil {
-			break
-		}
-		count++
-	}
+	count, _ := readUntilError(l)
 	l.Close()
 	if count != 19 {
 		t.Fatalf("read %d entries before the damage", count)
@@ -477,15 +476,7 @@ func TestReadEntryBadEarlierSegment(t *testing.T) {
 			tt.damage(t, dir, segs[1])
 			l := mustOpen(t, dir, nil)
 			defer l.Close()
-			var got error
-			count := 0
-			for _, err := range l.Entries(0) {
-				if err != nil {
-					got = err
-					break
-				}
-				count++
-			}
+			count, got := readUntilError(l)
 			if got == nil || !errors.Is(got, ErrCorrupt) || !strings.Contains(got.Error(), "segment ") {
 				t.Fatalf("read %d entries then %v, want ErrCorrupt naming a segment", count, got)
 			}
