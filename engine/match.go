@@ -126,7 +126,7 @@ func (ix *Index) Match(localHashes []uint64, candidates []WorkerKey) []Score {
 		for _, id := range last {
 			m.score[id] = int32(n)
 		}
-		ix.bisect(m, clean, 0, s0, n-1, last)
+		ix.bisect(m, 0, s0, n-1, last)
 		// A worker that may have got a hole while the bisection ran (a
 		// block stored without its parent: the writer marks the worker
 		// before it stores the block) can have been given positions it
@@ -205,7 +205,7 @@ func (ix *Index) holdersMarked(m *matchScratch, pos int, marks []uint32, want ui
 // the other way round: the sets are kept nested by intersecting them, or
 // sets of equal size but different members would be taken for equal and
 // the workers of one of them never scored in this range.
-func (ix *Index) bisect(m *matchScratch, clean uint32, lo int, a []uint32, hi int, b []uint32) {
+func (ix *Index) bisect(m *matchScratch, lo int, a []uint32, hi int, b []uint32) {
 	if len(a) == len(b) {
 		return
 	}
@@ -223,8 +223,8 @@ func (ix *Index) bisect(m *matchScratch, clean uint32, lo int, a []uint32, hi in
 	}
 	mid := (lo + hi) / 2
 	mset := ix.holdersWithin(m, mid, a)
-	ix.bisect(m, clean, lo, a, mid, mset)
-	ix.bisect(m, clean, mid, mset, hi, ix.within(m, b, mset))
+	ix.bisect(m, lo, a, mid, mset)
+	ix.bisect(m, mid, mset, hi, ix.within(m, b, mset))
 }
 
 // holdersWithin is holdersAt restricted to the ids in set.
