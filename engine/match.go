@@ -57,6 +57,16 @@ func (m *matchScratch) next() uint32 {
 	return m.epoch
 }
 
+// stamp stamps the ids of set in tmp with a fresh epoch and returns it:
+// m.tmp[id] == the epoch then tells membership of set.
+func (m *matchScratch) stamp(set []uint32) uint32 {
+	in := m.next()
+	for _, id := range set {
+		m.tmp[id] = in
+	}
+	return in
+}
+
 // Match scores every worker key (or only the candidates, when candidates is
 // not nil) by the number of leading blocks of localHashes it holds: worker w
 // scores k when, for every i < k, it holds the block at position i with local
@@ -210,10 +220,7 @@ func (ix *Index) bisect(m *matchScratch, lo int, a []uint32, hi int, b []uint32)
 		return
 	}
 	if hi == lo+1 {
-		in := m.next()
-		for _, id := range b {
-			m.tmp[id] = in
-		}
+		in := m.stamp(b)
 		for _, id := range a {
 			if m.tmp[id] != in {
 				m.score[id] = int32(lo + 1)
@@ -229,19 +236,12 @@ func (ix *Index) bisect(m *matchScratch, lo int, a []uint32, hi int, b []uint32)
 
 // holdersWithin is holdersAt restricted to the ids in set.
 func (ix *Index) holdersWithin(m *matchScratch, pos int, set []uint32) []uint32 {
-	in := m.next()
-	for _, id := range set {
-		m.tmp[id] = in
-	}
-	return ix.holdersMarked(m, pos, m.tmp, in)
+	return ix.holdersMarked(m, pos, m.tmp, m.stamp(set))
 }
 
 // within appends to the arena the ids of a that are in set.
 func (ix *Index) within(m *matchScratch, a, set []uint32) []uint32 {
-	in := m.next()
-	for _, id := range set {
-		m.tmp[id] = in
-	}
+	in := m.stamp(set)
 	start := len(m.arena)
 	for _, id := range a {
 		if m.tmp[id] == in {
@@ -259,10 +259,7 @@ func (ix *Index) scanLinear(m *matchScratch, alive []uint32) {
 	m.arena = append(m.arena, alive...)
 	alive = m.arena[start:]
 	for pos := 1; pos < len(m.seqs) && len(alive) > 0; pos++ {
-		in := m.next()
-		for _, id := range ix.holdersAt(m, pos) {
-			m.tmp[id] = in
-		}
+		in := m.stamp(ix.holdersAt(m, pos))
 		k := 0
 		for _, id := range alive {
 			if m.tmp[id] == in {
