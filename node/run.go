@@ -9,12 +9,13 @@ import (
 )
 
 // Run serves the API on ln until ctx is cancelled, running the periodic
-// snapshot loop alongside. On cancellation it stops accepting connections,
-// waits for in-flight requests (at most ShutdownTimeout) and for the loops
-// started with GoSource, stops the snapshot loop and, if FinalSnapshot is
-// set and the index changed since the last snapshot, takes a final one. The caller closes the store afterwards. Run returns nil
-// after a clean shutdown, else what failed (serving, draining or the final
-// snapshot).
+// snapshot loop alongside. On cancellation it ends the context of the loops
+// started with GoSource, stops accepting connections and waits for
+// in-flight requests (at most ShutdownTimeout) while those loops stop, then
+// waits for them, stops the snapshot loop and, if FinalSnapshot is set and
+// the index changed since the last snapshot, takes a final one. The caller
+// closes the store afterwards. Run returns nil after a clean shutdown, else
+// what failed (serving, draining or the final snapshot).
 func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	fs := s.fastServer()
 	loopCtx, stopLoop := context.WithCancel(ctx)
