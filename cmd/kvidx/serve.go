@@ -235,10 +235,10 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	// (A signal during recovery ends it: recovery.Open returns.)
 	go func() {
 		<-ctx.Done()
+		stop() // before the log line, which then holds when it is read
 		if cmd.Context().Err() == nil {
 			log.Info("shutting down; a second SIGTERM or SIGINT stops at once")
 		}
-		stop()
 	}()
 	for _, spec := range specs {
 		src := ingest.NewZMQSource(spec, srv.SourceStore(store), ingest.ZMQOptions{Logger: log})
