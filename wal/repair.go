@@ -432,7 +432,9 @@ func copyFile(src, dst string) (created bool, err error) {
 // from the read-only [Scan] and [Inspect]: entry Entry, at byte Offset of
 // segment file Segment, is invalid, and a valid entry starts at byte Next.
 // It matches [ErrCorrupt]. Its message names the operator's way out: kvidx
-// wal repair, cutting before the damaged entry.
+// wal repair --truncate-after Entry-1, which drops the damaged entry and
+// every later one (recovery adds --truncate-before when a snapshot holds
+// the damaged entry: see recovery.DamageRepairHint).
 type DamageError struct {
 	Dir, Segment string
 	Offset, Next int64
