@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 )
@@ -55,9 +56,23 @@ func checkEndpoint(ep string) error {
 		return fmt.Errorf("endpoint %q: want tcp://HOST:PORT", ep)
 	}
 	switch scheme {
-	case "tcp", "ipc", "inproc":
+	case "tcp":
+		// Checked here, not at the first dial: an address that can never
+		// be dialled would otherwise be retried for ever.
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil || host == "" {
+			return fmt.Errorf("endpoint %q: want tcp://HOST:PORT", ep)
+		}
+		if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+			return fmt.Errorf("endpoint %q: port %q: want a number from 1 to 65535", ep, port)
+		}
+	case "ipc":
+	case "inproc":
+		// An inproc endpoint lives inside one process: no engine can
+		// publish on it to kvidx.
+		return fmt.Errorf("endpoint %q: inproc endpoints exist only inside one process; want tcp://HOST:PORT or ipc://PATH", ep)
 	default:
-		return fmt.Errorf("endpoint %q: unsupported transport %q", ep, scheme)
+		return fmt.Errorf("endpoint %q: unsupported transport %q (want tcp://HOST:PORT or ipc://PATH)", ep, scheme)
 	}
 	return nil
 }

@@ -13,6 +13,8 @@ func TestParseZMQSpec(t *testing.T) {
 	good := map[string]ZMQSpec{
 		"tcp://10.0.0.5:5557=7":                                 {Endpoint: "tcp://10.0.0.5:5557", WorkerID: 7},
 		"tcp://h:5557=18446744073709551615,replay=tcp://h:5558": {Endpoint: "tcp://h:5557", WorkerID: 1<<64 - 1, Replay: "tcp://h:5558"},
+		"tcp://[::1]:5557=1":                                    {Endpoint: "tcp://[::1]:5557", WorkerID: 1},
+		"ipc:///run/vllm.sock=2":                                {Endpoint: "ipc:///run/vllm.sock", WorkerID: 2},
 	}
 	for in, want := range good {
 		got, err := ParseZMQSpec(in)
@@ -24,7 +26,11 @@ func TestParseZMQSpec(t *testing.T) {
 		}
 	}
 	for _, in := range []string{"", "tcp://h:1", "tcp://h:1=x", "tcp://h:1=-1", "h:1=7", "udp://h:1=7",
-		"tcp://h:1=7,replay=", "tcp://h:1=7,foo=bar", "tcp://h:1=7,replay=h:2"} {
+		"tcp://h:1=7,replay=", "tcp://h:1=7,foo=bar", "tcp://h:1=7,replay=h:2",
+		// Addresses no dial can reach, refused at once rather than
+		// retried for ever.
+		"tcp://h=7", "tcp://h:x=7", "tcp://h:0=7", "tcp://h:65536=7", "tcp://h:1=7=8", "tcp://:1=7",
+		"tcp://h:1=7,replay=tcp://h", "inproc://x=7"} {
 		if _, err := ParseZMQSpec(in); err == nil {
 			t.Errorf("%q: want an error", in)
 		}

@@ -56,3 +56,20 @@ func TestServeZMQ(t *testing.T) {
 	}
 	t.Fatal("the published batch never became a match")
 }
+
+// A --zmq value no dial can ever reach is refused at startup, naming the
+// flag and what is wrong, instead of being retried for ever.
+func TestServeZMQBadEndpoint(t *testing.T) {
+	for _, tc := range []struct{ flag, want string }{
+		{"tcp://127.0.0.1=1", "want tcp://HOST:PORT"},
+		{"tcp://127.0.0.1:notaport=1", `port "notaport"`},
+		{"tcp://127.0.0.1:5557=1=2", `port "5557=1"`},
+		{"inproc://x=1", "inproc endpoints exist only inside one process"},
+		{"tcp://127.0.0.1:5557=1,replay=tcp://127.0.0.1", "replay"},
+	} {
+		_, _, err := runKvidx(t, "", "serve", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--zmq", tc.flag)
+		if err == nil || !strings.Contains(err.Error(), "--zmq") || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("--zmq %s: got %v; want an error naming --zmq and %q", tc.flag, err, tc.want)
+		}
+	}
+}
