@@ -75,3 +75,31 @@ func TestServeNATSReplicas(t *testing.T) {
 		}
 	}
 }
+
+// NATS flag values that can never work are refused at startup, naming the
+// flag, instead of being retried for ever by the source (no server needed:
+// nothing connects).
+func TestNATSBadFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve", "--nats-url", "nats://127.0.0.1:notaport"}, `--nats-url: URL "nats://127.0.0.1:notaport"`},
+		{[]string{"serve", "--nats-url", " "}, "--nats-url: "},
+		{[]string{"serve", "--nats-url", "nats://127.0.0.1:4222", "--nats-stream", ""}, "--nats-stream: stream name is empty"},
+		{[]string{"serve", "--nats-url", "nats://127.0.0.1:4222", "--nats-stream", "a.b"}, `--nats-stream: stream name "a.b"`},
+		{[]string{"serve", "--nats-url", "nats://127.0.0.1:4222", "--nats-subject", "kv..x"}, `--nats-subject: subject "kv..x": empty token`},
+		{[]string{"serve", "--nats-url", "nats://127.0.0.1:4222", "--nats-subject", "kv.>.x"}, "'>' must be the last token"},
+		{[]string{"publish", "--nats-url", "nats://127.0.0.1:notaport"}, `--nats-url: URL "nats://127.0.0.1:notaport"`},
+		{[]string{"publish", "--nats-url", "nats://127.0.0.1:4222", "--nats-stream", "a b"}, `--nats-stream: stream name "a b"`},
+	} {
+		args := tc.args
+		if args[0] == "serve" {
+			args = append(args, "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0")
+		}
+		_, _, err := runKvidx(t, "", args...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: got %v; want an error containing %q", tc.args, err, tc.want)
+		}
+	}
+}

@@ -29,6 +29,12 @@ kvidx serve --nats-url consume it and answer identically.`,
 			if url == "" {
 				return fmt.Errorf("publish: --nats-url is required")
 			}
+			if err := jetstream.CheckURL(url); err != nil {
+				return fmt.Errorf("publish: --nats-url: %w", err)
+			}
+			if err := jetstream.CheckStream(stream); err != nil {
+				return fmt.Errorf("publish: --nats-stream: %w", err)
+			}
 			if err := cfg.Validate(); err != nil {
 				return fmt.Errorf("publish: %w", err)
 			}

@@ -187,6 +187,19 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		}
 		specs = append(specs, spec)
 	}
+	if f.natsURL != "" {
+		if err := jetstream.CheckURL(f.natsURL); err != nil {
+			return fmt.Errorf("serve: --nats-url: %w", err)
+		}
+		if err := jetstream.CheckStream(f.natsStream); err != nil {
+			return fmt.Errorf("serve: --nats-stream: %w", err)
+		}
+		if f.natsSubject != "" { // empty: every subject of the stream
+			if err := jetstream.CheckSubject(f.natsSubject); err != nil {
+				return fmt.Errorf("serve: --nats-subject: %w", err)
+			}
+		}
+	}
 	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)

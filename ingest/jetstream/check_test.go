@@ -1,0 +1,42 @@
+package jetstream
+
+import "testing"
+
+func TestChecks(t *testing.T) {
+	for _, u := range []string{"nats://127.0.0.1:4222", "127.0.0.1:4222", "nats://h", "tls://a:1, nats://b:2", "nats://[::1]:4222"} {
+		if err := CheckURL(u); err != nil {
+			t.Errorf("CheckURL(%q): %v", u, err)
+		}
+	}
+	for _, u := range []string{"", " ", ",", "nats://h:x", "nats://h:0", "nats://h:70000", "nats://:4222", "nats://a:1,nats://b:y"} {
+		if err := CheckURL(u); err == nil {
+			t.Errorf("CheckURL(%q): want an error", u)
+		}
+	}
+	for _, s := range []string{"", "a.b", "a*", "a>", "a b", "a/b"} {
+		if err := CheckStream(s); err == nil {
+			t.Errorf("CheckStream(%q): want an error", s)
+		}
+	}
+	if err := CheckStream("KV_EVENTS"); err != nil {
+		t.Error(err)
+	}
+	for _, s := range []string{"kv.events.>", "kv.*.x", ">", "kv"} {
+		if err := CheckSubject(s); err != nil {
+			t.Errorf("CheckSubject(%q): %v", s, err)
+		}
+	}
+	for _, s := range []string{"", ".", "kv.", ".kv", "kv..x", "kv.>.x", "kv.a*", "k v"} {
+		if err := CheckSubject(s); err == nil {
+			t.Errorf("CheckSubject(%q): want an error", s)
+		}
+	}
+	for _, s := range []string{"kv.*", "kv.>", "", "kv."} {
+		if err := CheckSubjectPrefix(s); err == nil {
+			t.Errorf("CheckSubjectPrefix(%q): want an error", s)
+		}
+	}
+	if err := CheckSubjectPrefix("kv.events"); err != nil {
+		t.Error(err)
+	}
+}
