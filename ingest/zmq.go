@@ -108,6 +108,9 @@ type SourceStats struct {
 	Resets, Clears uint64
 	// Errors counts errors per reason (the Reason constants).
 	Errors map[string]uint64
+	// LastConnError is the last failed dial or lost connection to the
+	// publisher ("" when none): why the source is not connected.
+	LastConnError string
 }
 
 // ZMQSource follows one vLLM KV-event publisher: a SUB socket on the
@@ -304,6 +307,11 @@ func (s *ZMQSource) setConnected(c bool) {
 func (s *ZMQSource) fail(reason string, err error) {
 	s.mu.Lock()
 	s.stats.Errors[reason]++
+	if (reason == ReasonConnect || reason == ReasonDisconnect) && err != nil {
+		// The transport wrapper's scheme is the source's business, not
+		// the operator's: name the endpoint as given.
+		s.stats.LastConnError = strings.ReplaceAll(err.Error(), guardedScheme, "")
+	}
 	s.mu.Unlock()
 	if s.opts.OnError != nil {
 		s.opts.OnError(s.name, reason)

@@ -24,6 +24,9 @@ type SourceStatus struct {
 	Problem string
 	// Errors counts messages the source could not apply, by reason.
 	Errors map[string]uint64
+	// LastError, when not connected, says why (the last failed connection
+	// attempt or the error that ended the connection).
+	LastError string
 }
 
 // sources holds the status functions of the node's event sources, and the
@@ -90,6 +93,8 @@ func (s *Server) sourcesNotReady() string {
 		switch {
 		case st.Problem != "":
 			why = append(why, fmt.Sprintf("source %s: %s", st.Name, st.Problem))
+		case !st.Connected && st.LastError != "":
+			why = append(why, fmt.Sprintf("source %s: not connected: %s", st.Name, st.LastError))
 		case !st.Connected:
 			why = append(why, fmt.Sprintf("source %s: not connected", st.Name))
 		}

@@ -257,7 +257,7 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		src := ingest.NewZMQSource(spec, srv.SourceStore(store), ingest.ZMQOptions{Logger: log})
 		srv.AddSource(func() node.SourceStatus {
 			st := src.Stats()
-			return node.SourceStatus{Name: st.Source, Connected: st.Connected, Applied: st.LastSeq, Lag: st.Lag, Errors: st.Errors}
+			return node.SourceStatus{Name: st.Source, Connected: st.Connected, Applied: st.LastSeq, Lag: st.Lag, Errors: st.Errors, LastError: st.LastConnError}
 		})
 		srv.GoSource(src.Run)
 	}
@@ -265,7 +265,7 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		src := jetstream.New(jetstream.Config{URL: f.natsURL, Stream: f.natsStream, Subject: f.natsSubject, AllowGap: f.natsAllowGap, Logger: log}, srv.SourceStore(store))
 		srv.AddSource(func() node.SourceStatus {
 			st := src.Status()
-			return node.SourceStatus{Name: jetstream.PositionName(f.natsStream), Connected: st.Connected, Applied: st.Applied, Lag: st.Lag, Problem: st.Gap, Errors: st.Errors}
+			return node.SourceStatus{Name: jetstream.PositionName(f.natsStream), Connected: st.Connected, Applied: st.Applied, Lag: st.Lag, Problem: st.Gap, Errors: st.Errors, LastError: st.LastError}
 		})
 		srv.GoSource(src.Run)
 	}

@@ -45,6 +45,14 @@ func post(t *testing.T, url, body string) (int, string) {
 // and returns its base URL and a channel with its result.
 func serveInProcess(t *testing.T, ctx context.Context, args ...string) (string, <-chan error) {
 	t.Helper()
+	base, done := serveListening(t, ctx, args...)
+	waitReady(t, base)
+	return base, done
+}
+
+// serveListening is serveInProcess without waiting for readiness.
+func serveListening(t *testing.T, ctx context.Context, args ...string) (string, <-chan error) {
+	t.Helper()
 	pr, pw := io.Pipe()
 	cmd := newRootCmd()
 	cmd.SetArgs(append([]string{"serve", "--listen", "127.0.0.1:0"}, args...))
@@ -60,9 +68,7 @@ func serveInProcess(t *testing.T, ctx context.Context, args ...string) (string, 
 	for sc.Scan() {
 		if m := servingAddr.FindStringSubmatch(sc.Text()); m != nil {
 			go io.Copy(io.Discard, pr)
-			base := "http://" + m[1]
-			waitReady(t, base)
-			return base, done
+			return "http://" + m[1], done
 		}
 	}
 	t.Fatalf("serve stopped before listening: %v", <-done)

@@ -52,6 +52,9 @@ type Status struct {
 	Gap string
 	// Errors counts messages that did not decode, by reason.
 	Errors map[string]uint64
+	// LastError is why the last session ended ("" before any did): why
+	// the source is not connected.
+	LastError string
 }
 
 // Source consumes one stream into a store.
@@ -161,7 +164,12 @@ func (s *Source) Run(ctx context.Context) error {
 		start := time.Now()
 		err := s.session(ctx)
 		var consumed bool
-		s.update(func(st *Status) { consumed, st.Connected = st.Connected, false })
+		s.update(func(st *Status) {
+			consumed, st.Connected = st.Connected, false
+			if err != nil {
+				st.LastError = err.Error()
+			}
+		})
 		if ctx.Err() != nil {
 			return nil
 		}
