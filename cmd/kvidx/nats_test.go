@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
@@ -101,5 +102,49 @@ func TestNATSBadFlags(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: got %v; want an error containing %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// A --nats-subject that no subject of the stream can match keeps the node
+// not ready, saying so, instead of reporting ready with nothing consumed.
+func TestServeNATSSubjectMatchesNothing(t *testing.T) {
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server not ready")
+	}
+	defer ns.Shutdown()
+	url := ns.ClientURL()
+	if _, _, err := runKvidx(t, "", "publish", "--nats-url", url, "--workers", "2", "--capacity", "16"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	base, done := serveListening(t, ctx, "--data-dir", t.TempDir(), "--sync", "none", "--nats-url", url, "--nats-subject", "other.>")
+	want := "subject other.> matches none of stream KV_EVENTS's subjects (kv.events.>)"
+	var code int
+	var body string
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline) && !strings.Contains(body, want); time.Sleep(50 * time.Millisecond) {
+		resp, err := http.Get(base + "/readyz")
+		if err != nil {
+			continue
+		}
+		var r struct{ Error string }
+		err = json.NewDecoder(resp.Body).Decode(&r)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		code, body = resp.StatusCode, r.Error
+	}
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, want) {
+		t.Fatalf("readyz %d %s: want 503 with %q", code, body, want)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -40,3 +40,27 @@ func TestChecks(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+func TestSubjectsOverlap(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		want bool
+	}{
+		{"kv.events.>", "kv.events.>", true},
+		{"kv.events.3", "kv.events.>", true},
+		{"kv.*.3", "kv.events.>", true},
+		{">", "kv.events.>", true},
+		{"other.>", "kv.events.>", false},
+		{"kv.events", "kv.events.>", false},
+		{"kv.events.3.x", "kv.events.*", false},
+		{"kv.*", "kv.events", true},
+		{"kv.a", "kv.b", false},
+	} {
+		if got := subjectsOverlap(tc.a, tc.b); got != tc.want {
+			t.Errorf("subjectsOverlap(%q, %q) = %v", tc.a, tc.b, got)
+		}
+		if got := subjectsOverlap(tc.b, tc.a); got != tc.want {
+			t.Errorf("subjectsOverlap(%q, %q) = %v", tc.b, tc.a, got)
+		}
+	}
+}

@@ -213,6 +213,11 @@ func (s *Source) session(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("stream %s: %w", s.cfg.Stream, err)
 		}
+		// A filter no subject of the stream can match would consume
+		// nothing and look healthy: a typo in --nats-subject.
+		if subs := info.Config.Subjects; s.cfg.Subject != "" && len(subs) > 0 && !overlapsAny(s.cfg.Subject, subs) {
+			return fmt.Errorf("subject %s matches none of stream %s's subjects (%s)", s.cfg.Subject, s.cfg.Stream, strings.Join(subs, ", "))
+		}
 		gap, reset := checkStart(s.cfg.Stream, info, applied, created)
 		if gap == "" {
 			s.update(func(st *Status) { st.Gap = "" })
@@ -391,6 +396,32 @@ func coversStream(filter string, subjects []string) bool {
 		}
 	}
 	return true
+}
+
+// overlapsAny reports whether some subject matches both the pattern filter
+// and one of the patterns subjects.
+func overlapsAny(filter string, subjects []string) bool {
+	for _, subj := range subjects {
+		if subjectsOverlap(filter, subj) {
+			return true
+		}
+	}
+	return false
+}
+
+// subjectsOverlap reports whether some subject matches both patterns.
+func subjectsOverlap(a, b string) bool {
+	at, bt := strings.Split(a, "."), strings.Split(b, ".")
+	for i := 0; ; i++ {
+		switch {
+		case i == len(at) || i == len(bt):
+			return len(at) == len(bt)
+		case at[i] == ">" || bt[i] == ">":
+			return true
+		case at[i] != "*" && bt[i] != "*" && at[i] != bt[i]:
+			return false
+		}
+	}
 }
 
 // subjectCovers reports whether every subject matching the pattern subj
