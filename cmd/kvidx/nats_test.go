@@ -148,3 +148,39 @@ func TestServeNATSSubjectMatchesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// kvidx publish refuses a --subject-prefix the stream cannot take: a
+// wildcard or empty one, or one an existing stream's subjects do not cover
+// (it failed on the first message with "no response from stream").
+func TestPublishSubjectPrefix(t *testing.T) {
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server not ready")
+	}
+	defer ns.Shutdown()
+	url := ns.ClientURL()
+	small := []string{"publish", "--nats-url", url, "--workers", "2", "--capacity", "16"}
+	if _, _, err := runKvidx(t, "", small...); err != nil {
+		t.Fatal(err)
+	}
+	for prefix, want := range map[string]string{
+		"other":       "stream KV_EVENTS takes subjects kv.events.>, not other.<worker id>",
+		"kv.*":        "--subject-prefix: subject \"kv.*\": wildcards",
+		"":            "--subject-prefix: subject is empty",
+		"kv..events":  "--subject-prefix: subject \"kv..events\": empty token",
+		"kv.events.x": "",
+	} {
+		_, _, err := runKvidx(t, "", append(small, "--subject-prefix", prefix)...)
+		if want == "" {
+			if err != nil {
+				t.Errorf("--subject-prefix %q: %v", prefix, err)
+			}
+		} else if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("--subject-prefix %q: got %v; want an error containing %q", prefix, err, want)
+		}
+	}
+}

@@ -35,6 +35,9 @@ kvidx serve --nats-url consume it and answer identically.`,
 			if err := jetstream.CheckStream(stream); err != nil {
 				return fmt.Errorf("publish: --nats-stream: %w", err)
 			}
+			if err := jetstream.CheckSubjectPrefix(prefix); err != nil {
+				return fmt.Errorf("publish: --subject-prefix: %w", err)
+			}
 			if err := cfg.Validate(); err != nil {
 				return fmt.Errorf("publish: %w", err)
 			}

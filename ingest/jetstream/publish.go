@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	js "github.com/nats-io/nats.go/jetstream"
@@ -51,8 +52,15 @@ func Publish(ctx context.Context, url, stream, subjectPrefix string, tr *workloa
 	if err != nil {
 		return rep, err
 	}
-	if _, err := EnsureStream(ctx, jsc, stream, subjectPrefix+".>"); err != nil {
+	st, err := EnsureStream(ctx, jsc, stream, subjectPrefix+".>")
+	if err != nil {
 		return rep, err
+	}
+	// An existing stream bound to other subjects does not take these
+	// messages: the publish would fail with "no response from stream".
+	if subs := st.CachedInfo().Config.Subjects; len(subs) > 0 && !anyCovers(subs, subjectPrefix+".>") {
+		return rep, fmt.Errorf("stream %s takes subjects %s, not %s.<worker id>: publish with a --subject-prefix those subjects cover, or to another stream",
+			stream, strings.Join(subs, ", "), subjectPrefix)
 	}
 	var buf []byte
 	err = workload.Generate(ctx, tr, cfg, func(req workload.Request, events []engine.Event) error {

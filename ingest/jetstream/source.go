@@ -398,6 +398,17 @@ func coversStream(filter string, subjects []string) bool {
 	return true
 }
 
+// anyCovers reports whether one of the patterns subjects matches every
+// subject the pattern subj matches.
+func anyCovers(subjects []string, subj string) bool {
+	for _, s := range subjects {
+		if subjectCovers(s, subj) {
+			return true
+		}
+	}
+	return false
+}
+
 // overlapsAny reports whether some subject matches both the pattern filter
 // and one of the patterns subjects.
 func overlapsAny(filter string, subjects []string) bool {
