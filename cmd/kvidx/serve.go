@@ -149,6 +149,14 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	if err := f.check(); err != nil {
 		return err
 	}
+	if f.natsURL == "" {
+		// Without a NATS source these would be ignored without a word.
+		for _, name := range []string{"nats-stream", "nats-subject", "nats-allow-gap"} {
+			if cmd.Flags().Changed(name) {
+				return fmt.Errorf("serve: --%s needs --nats-url (it configures the NATS JetStream source)", name)
+			}
+		}
+	}
 	var handler slog.Handler
 	switch f.logFormat {
 	case "text":

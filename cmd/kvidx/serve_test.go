@@ -240,6 +240,7 @@ func TestServeRejectsBadValues(t *testing.T) {
 	for _, tc := range []struct{ flag, value string }{
 		{"--block-size", "0"}, {"--block-size", "-5"}, {"--keep-snapshots", "0"},
 		{"--max-body-bytes", "-1"}, {"--sync-interval", "-1s"}, {"--snapshot-interval", "-1m"},
+		{"--nats-stream", "S"}, {"--nats-subject", "a.b"}, {"--nats-allow-gap", "true"}, // without --nats-url
 	} {
 		t.Run(tc.flag+"="+tc.value, func(t *testing.T) {
 			args := []string{"serve", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", tc.flag + "=" + tc.value}
