@@ -28,16 +28,7 @@ func (m *indexStore) Append(_ context.Context, events []engine.Event, positions 
 	for i := range events {
 		results[i] = m.ix.Apply(&events[i])
 	}
-next:
-	for _, p := range positions {
-		for i := range m.pos {
-			if m.pos[i].Source == p.Source {
-				m.pos[i] = p
-				continue next
-			}
-		}
-		m.pos = append(m.pos, p)
-	}
+	m.pos = mergePositions(m.pos, positions)
 	m.n++
 	return m.n, results, nil
 }

@@ -43,16 +43,7 @@ func (f *fakeStore) Append(_ context.Context, events []engine.Event, positions [
 	}
 	// The source's own position comes first, then those recording DP ranks.
 	f.batches = append(f.batches, fakeBatch{slices.Clone(events), positions[0].Seq})
-next:
-	for _, p := range positions {
-		for i := range f.pos {
-			if f.pos[i].Source == p.Source {
-				f.pos[i] = p
-				continue next
-			}
-		}
-		f.pos = append(f.pos, p)
-	}
+	f.pos = mergePositions(f.pos, positions)
 	return uint64(len(f.batches)), nil, nil
 }
 
@@ -421,4 +412,20 @@ func TestZMQHandle(t *testing.T) {
 	if s.Resets != 1 || s.Clears != 3 || s.Duplicates != 2 || s.LastSeq != 1 || s.Batches != 7 {
 		t.Fatalf("stats %+v", s)
 	}
+}
+
+// mergePositions sets each of ps in dst, replacing the position of the same
+// source, as a store records the positions of an entry.
+func mergePositions(dst, ps []wal.Position) []wal.Position {
+next:
+	for _, p := range ps {
+		for i := range dst {
+			if dst[i].Source == p.Source {
+				dst[i] = p
+				continue next
+			}
+		}
+		dst = append(dst, p)
+	}
+	return dst
 }
