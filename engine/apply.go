@@ -202,10 +202,8 @@ func (ix *Index) remove(ev *Event) {
 		ix.counters.BlockNotFound += uint64(len(ev.BlockHashes))
 		return
 	}
-	ix.prefetchRemove(w, ev.BlockHashes)
-	for _, bh := range ev.BlockHashes {
-		ref, ok := w.rev.del(bh)
-		if !ok {
+	for _, ref := range ix.takeRemoved(w, ev.BlockHashes) {
+		if ref == 0 {
 			ix.counters.BlockNotFound++
 			continue
 		}

@@ -60,33 +60,41 @@ func (ix *Index) prefetchStore(w *worker, ev *Event, pos, prevSeq uint64) (seqs,
 	return seqs, hashes
 }
 
-// prefetchRemove warms the reverse-map slots and places of a Removed event.
-func (ix *Index) prefetchRemove(w *worker, hashes []uint64) {
-	n := len(w.rev.slots)
-	if n == 0 {
-		return
-	}
-	sink := ix.sink
-	for _, bh := range hashes {
-		sink += uint64(w.rev.slots[slotHome(uint32(mix64(bh)>>32), n)].ref)
-	}
-	// The lookups come first and the loads of their places after, in a
-	// loop of their own: a loop this short lets the processor keep many
-	// more of the misses in flight at once than loads made between lookups.
+// takeRemoved deletes a Removed event's block hashes from w's reverse map
+// and returns, in the event's order, the place ref each was held at (0 for
+// a hash w does not hold), having warmed the places and the table slots and
+// parents that dropping them will touch. Deleting every hash before any
+// holding is dropped is the same as one at a time, since dropping a holding
+// never reads the reverse map; and each hash is searched for once, where a
+// warming pass ahead of the deletions searched for it twice.
+func (ix *Index) takeRemoved(w *worker, hashes []uint64) []uint32 {
 	refs := ix.refBuf[:0]
-	for _, bh := range hashes {
-		if at, _ := w.rev.find(bh); at >= 0 {
-			refs = append(refs, w.rev.slots[at].ref)
-			// Deleting the slot shifts the run after it back by one.
-			sink += uint64(w.rev.slots[wrapAdd(at, revSlotsPerLine, n)].ref)
+	sink := ix.sink
+	if n := len(w.rev.slots); n > 0 {
+		// A deletion moves the run after its slot, often into the next line.
+		for _, bh := range hashes {
+			at := slotHome(uint32(mix64(bh)>>32), n)
+			sink += uint64(w.rev.slots[at].ref + w.rev.slots[wrapAdd(at, revSlotsPerLine, n)].ref)
 		}
 	}
+	for _, bh := range hashes {
+		ref, _ := w.rev.del(bh)
+		refs = append(refs, ref)
+	}
 	ix.refBuf = refs
+	// The places are loaded in a loop of their own: a loop this short lets
+	// the processor keep many more misses in flight than loads made between
+	// deletions.
 	for _, ref := range refs {
-		sink += ix.placeOf(ref).seq
+		if ref != 0 {
+			sink += ix.placeOf(ref).seq
+		}
 	}
 	// Emptied places leave their shard table, and parents lose a kid.
 	for _, ref := range refs {
+		if ref == 0 {
+			continue
+		}
 		p := ix.placeOf(ref)
 		s := &ix.shards[refShard(ref)]
 		if size := len(s.table); size > 0 {
@@ -98,6 +106,7 @@ func (ix *Index) prefetchRemove(w *worker, hashes []uint64) {
 		}
 	}
 	ix.sink = sink
+	return refs
 }
 
 // Slots per 64-byte cache line, rounded down: a load this far past a slot

@@ -58,11 +58,24 @@ func (t *revTable) get(key uint64) (uint32, bool) {
 // reserve makes room for one more key.
 func (t *revTable) reserve() {
 	if float64(t.n+1) > growLoad*float64(len(t.slots)) {
-		t.resize(grownCap(t.n + 1))
+		t.resize(capFor(t.n+1, grownLoad))
 	}
 }
 
+// insertAt puts s at i, where findMixed stopped.
 func (t *revTable) insertAt(i int, s revSlot) {
+	e := i
+	for t.slots[e].ref != 0 {
+		if e++; e == len(t.slots) {
+			e = 0
+		}
+	}
+	runInsert(t.slots, i, e, s)
+}
+
+// placeSlot puts s into its run, searching from i (its home) by Robin Hood
+// swaps. Resizing uses it.
+func (t *revTable) placeSlot(i int, s revSlot) {
 	size := len(t.slots)
 	sd := probeDist(slotHome(s.hi, size), i, size)
 	for {
@@ -89,22 +102,19 @@ func (t *revTable) del(key uint64) (uint32, bool) {
 	}
 	ref := t.slots[i].ref
 	size := len(t.slots)
-	for {
-		j := i + 1
-		if j == size {
-			j = 0
-		}
-		next := t.slots[j]
-		if next.ref == 0 || slotHome(next.hi, size) == j {
-			t.slots[i] = revSlot{}
-			break
-		}
-		t.slots[i] = next
-		i = j
+	e := i + 1
+	if e == size {
+		e = 0
 	}
+	for t.slots[e].ref != 0 && slotHome(t.slots[e].hi, size) != e {
+		if e++; e == size {
+			e = 0
+		}
+	}
+	runDelete(t.slots, i, e)
 	t.n--
 	if size > minTable && float64(t.n) < shrinkLoad*float64(size) {
-		t.resize(shrunkCap(t.n))
+		t.resize(capFor(t.n, shrunkLoad))
 	}
 	return ref, true
 }
@@ -114,7 +124,7 @@ func (t *revTable) resize(size int) {
 	t.slots = populated(make([]revSlot, size))
 	for _, s := range old {
 		if s.ref != 0 {
-			t.insertAt(slotHome(s.hi, size), s)
+			t.placeSlot(slotHome(s.hi, size), s)
 		}
 	}
 }

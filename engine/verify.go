@@ -64,7 +64,7 @@ func (ix *Index) Verify() error {
 		if places != s.places {
 			bad("shard %d: %d places counted, %d in the table", si, s.places, places)
 		}
-		if len(s.table) > 0 && float64(places) > growLoad*float64(len(s.table)) {
+		if len(s.table) > 0 && float64(places) > tableGrowLoad*float64(len(s.table)) {
 			bad("shard %d: table overloaded: %d places in %d slots", si, places, len(s.table))
 		}
 	}
