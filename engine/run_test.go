@@ -48,3 +48,39 @@ func TestRunInsertDelete(t *testing.T) {
 		}
 	}
 }
+
+// TestVerifyFindsMisplacedReverseSlot moves a reverse-map slot to just
+// before its home, where no search reaches it, and expects Verify to say so.
+func TestVerifyFindsMisplacedReverseSlot(t *testing.T) {
+	ix := New()
+	w0 := WorkerKey{WorkerID: 1}
+	ev := Event{Worker: w0, Kind: KindStored}
+	for i := range 4 {
+		ev.Blocks = append(ev.Blocks, Block{BlockHash: uint64(100 + i), TokensHash: uint64(200 + i)})
+	}
+	if err := ix.Apply(&ev); err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.Verify(); err != nil {
+		t.Fatalf("before: %v", err)
+	}
+	_, w := ix.worker(w0)
+	sl := w.rev.slots
+	moved := false
+	for i, s := range sl {
+		h := slotHome(s.hi, len(sl))
+		before := (h + len(sl) - 1) % len(sl)
+		if s.ref == 0 || i != h || sl[before].ref != 0 {
+			continue
+		}
+		sl[before], sl[i] = s, revSlot{}
+		moved = true
+		break
+	}
+	if !moved {
+		t.Fatal("test setup: no reverse-map slot sits in its home with an empty slot before it")
+	}
+	if err := ix.Verify(); err == nil {
+		t.Fatal("Verify passed an index with a reverse-map slot no search finds")
+	}
+}

@@ -80,6 +80,10 @@ func (ix *Index) Verify() error {
 		}
 		refs := map[uint32]uint32{}
 		w.rev.each(func(bh uint64, ref uint32) {
+			// A slot out of its run's order would be missed by a search.
+			if got, ok := w.rev.get(bh); !ok || got != ref {
+				bad("worker %v block %d: its reverse-map slot is not where a search finds it", w.key, bh)
+			}
 			refs[ref]++
 			if _, ok := holds[hold{ref, uint32(id)}]; !ok {
 				bad("worker %v block %d: not a holder of its place", w.key, bh)
