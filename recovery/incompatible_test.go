@@ -3,44 +3,13 @@ package recovery
 import (
 	"context"
 	"encoding/binary"
-	"hash/crc32"
 	"os"
 	"path/filepath"
 	"testing"
 
-	bolt "go.etcd.io/bbolt"
-
+	"github.com/kvidx/kvidx/internal/snaptest"
 	"github.com/kvidx/kvidx/snapshot"
 )
-
-// setSnapMeta rewrites one meta value of a snapshot and its meta checksum:
-// a sound file that another kvidx build wrote, not a damaged one.
-func setSnapMeta(t *testing.T, path, key string, val []byte) {
-	t.Helper()
-	db, err := bolt.Open(path, 0o640, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	err = db.Update(func(tx *bolt.Tx) error {
-		mb := tx.Bucket([]byte("meta"))
-		if err := mb.Put([]byte(key), val); err != nil {
-			return err
-		}
-		tab := crc32.MakeTable(crc32.Castagnoli)
-		var crc uint32
-		c := mb.Cursor()
-		for k, v := c.First(); k != nil; k, v = c.Next() {
-			if string(k) != "meta_checksum" {
-				crc = crc32.Update(crc32.Update(crc, tab, k), tab, v)
-			}
-		}
-		return mb.Put([]byte("meta_checksum"), binary.BigEndian.AppendUint32(nil, crc))
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-}
 
 // A snapshot that a newer kvidx wrote (a snapshot format version this build
 // does not read, its meta intact) is not damaged: recovery falls back to an
@@ -69,7 +38,7 @@ func TestNewerFormatSnapshotNotMovedAside(t *testing.T) {
 			}
 			s.Close()
 			newer := filepath.Join(dir, SnapshotDirName, snapshot.FileName(20))
-			setSnapMeta(t, newer, c.key, c.val)
+			snaptest.SetMeta(t, newer, c.key, c.val)
 
 			s = mustOpen(t, dir, testOptions())
 			r := s.Report()

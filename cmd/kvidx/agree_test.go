@@ -3,46 +3,15 @@ package main
 import (
 	"context"
 	"encoding/binary"
-	"hash/crc32"
 	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
 
-	bolt "go.etcd.io/bbolt"
-
+	"github.com/kvidx/kvidx/internal/snaptest"
 	"github.com/kvidx/kvidx/recovery"
 	"github.com/kvidx/kvidx/snapshot"
 )
-
-// setSnapMeta rewrites one meta value of a snapshot and its meta checksum
-// (a file another build wrote, not a damaged one).
-func setSnapMeta(t *testing.T, path, key string, val []byte) {
-	t.Helper()
-	db, err := bolt.Open(path, 0o644, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	err = db.Update(func(tx *bolt.Tx) error {
-		mb := tx.Bucket([]byte("meta"))
-		if err := mb.Put([]byte(key), val); err != nil {
-			return err
-		}
-		var crc uint32
-		tab := crc32.MakeTable(crc32.Castagnoli)
-		c := mb.Cursor()
-		for k, v := c.First(); k != nil; k, v = c.Next() {
-			if string(k) != "meta_checksum" {
-				crc = crc32.Update(crc32.Update(crc, tab, k), tab, v)
-			}
-		}
-		return mb.Put([]byte("meta_checksum"), binary.BigEndian.AppendUint32(nil, crc))
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-}
 
 // For each directory shape, recover --dry-run's plan (with and without
 // loading) and what recovery.Open then does agree: refusal, snapshot used,
@@ -112,7 +81,7 @@ func TestDryRunAgreesWithOpenTable(t *testing.T) {
 			return func() { f.Close() }
 		}},
 		{"newest of a newer format", func(t *testing.T, dir string) func() {
-			setSnapMeta(t, snap(dir, 50), "format", binary.BigEndian.AppendUint32(nil, snapshot.FormatVersion+1))
+			snaptest.SetMeta(t, snap(dir, 50), "format", binary.BigEndian.AppendUint32(nil, snapshot.FormatVersion+1))
 			return nil
 		}},
 		{"snapshot dir entry is a directory", func(t *testing.T, dir string) func() {

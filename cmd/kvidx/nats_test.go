@@ -9,13 +9,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
+	"github.com/kvidx/kvidx/internal/natstest"
 )
 
 // Two kvidx serve replicas fed by one JetStream stream (filled by kvidx
 // publish) give identical answers.
 func TestServeNATSReplicas(t *testing.T) {
-	url := startNATS(t)
+	url := natstest.Start(t)
 	out, _, err := runKvidx(t, "", "publish", "--nats-url", url, "--workers", "8", "--capacity", "256")
 	if err != nil || !strings.Contains(out, "published") {
 		t.Fatalf("publish: %v %s", err, out)
@@ -99,7 +99,7 @@ func TestNATSBadFlags(t *testing.T) {
 // A --nats-subject that no subject of the stream can match keeps the node
 // not ready, saying so, instead of reporting ready with nothing consumed.
 func TestServeNATSSubjectMatchesNothing(t *testing.T) {
-	url := startNATS(t)
+	url := natstest.Start(t)
 	if _, _, err := runKvidx(t, "", "publish", "--nats-url", url, "--workers", "2", "--capacity", "16"); err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func TestServeNATSSubjectMatchesNothing(t *testing.T) {
 // wildcard or empty one, or one an existing stream's subjects do not cover
 // (it failed on the first message with "no response from stream").
 func TestPublishSubjectPrefix(t *testing.T) {
-	url := startNATS(t)
+	url := natstest.Start(t)
 	small := []string{"publish", "--nats-url", url, "--workers", "2", "--capacity", "16"}
 	if _, _, err := runKvidx(t, "", small...); err != nil {
 		t.Fatal(err)
@@ -156,20 +156,4 @@ func TestPublishSubjectPrefix(t *testing.T) {
 			t.Errorf("--subject-prefix %q: got %v; want an error containing %q", prefix, err, want)
 		}
 	}
-}
-
-// startNATS starts an embedded JetStream server on loopback for the test's
-// duration and returns its URL.
-func startNATS(t *testing.T) string {
-	t.Helper()
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server not ready")
-	}
-	t.Cleanup(ns.Shutdown)
-	return ns.ClientURL()
 }

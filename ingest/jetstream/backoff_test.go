@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kvidx/kvidx/internal/natstest"
 )
 
 // waitsHandler records the "after" attribute of every log record: the
@@ -33,7 +35,7 @@ func (h waitsHandler) Handle(_ context.Context, r slog.Record) error {
 // After a good session the reconnect backoff starts again from the
 // shortest wait, instead of staying at the longest one it had reached.
 func TestBackoffResetsAfterGoodSession(t *testing.T) {
-	url := natsServer(t)
+	url := natstest.Start(t)
 	var (
 		mu    sync.Mutex
 		waits []time.Duration

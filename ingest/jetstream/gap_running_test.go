@@ -10,6 +10,7 @@ import (
 	js "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kvidx/kvidx/engine"
+	"github.com/kvidx/kvidx/internal/natstest"
 	"github.com/kvidx/kvidx/wal"
 )
 
@@ -76,7 +77,7 @@ func TestGapWhileRunning(t *testing.T) {
 	} {
 		allow := tc.allow
 		t.Run(tc.name, func(t *testing.T) {
-			url := natsServer(t)
+			url := natstest.Start(t)
 			publishCleared(t, url, 10)
 			st := &gateStore{gate: make(chan struct{}), entered: make(chan struct{}, 16)}
 			src := New(Config{URL: url, Stream: testStream, Subject: tc.subject, BatchMax: 1, AllowGap: allow}, st)
@@ -132,7 +133,7 @@ func TestGapWhileRunning(t *testing.T) {
 // With a filter narrower than the stream, the sequences jumped over are
 // other subjects' messages: no gap.
 func TestFilteredJumpsAreNotGaps(t *testing.T) {
-	url := natsServer(t)
+	url := natstest.Start(t)
 	jsc := jetStream(t, url)
 	if _, err := EnsureStream(context.Background(), jsc, testStream, testPrefix+".>"); err != nil {
 		t.Fatal(err)

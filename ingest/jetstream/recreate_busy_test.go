@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/kvidx/kvidx/internal/natstest"
 )
 
 // A stream deleted and recreated while the replica is busy (an append in
@@ -11,7 +13,7 @@ import (
 // before any message of the new stream is applied under the old stream's
 // numbering.
 func TestStreamRecreatedWhileBusy(t *testing.T) {
-	url := natsServer(t)
+	url := natstest.Start(t)
 	publishCleared(t, url, 3)
 	st := &gateStore{gate: make(chan struct{}), entered: make(chan struct{}, 16)}
 	st.gateAt = 3

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kvidx/kvidx/engine"
+	"github.com/kvidx/kvidx/internal/natstest"
 	"github.com/kvidx/kvidx/wal"
 )
 
@@ -106,7 +107,7 @@ func waitGap(t *testing.T, src *Source, st *posStore, want string) {
 // instead of waiting past the new messages for ever; allowed, it applies
 // the new stream from its start.
 func TestRecreatedStreamBehindPosition(t *testing.T) {
-	url := natsServer(t)
+	url := natstest.Start(t)
 	publishCleared(t, url, 3)
 	st := &posStore{}
 	runSource(t, New(Config{URL: url, Stream: testStream}, st), 3)
@@ -127,7 +128,7 @@ func TestRecreatedStreamBehindPosition(t *testing.T) {
 // A recreated stream that has grown past the recorded position is told by
 // its creation time, recorded with the position.
 func TestRecreatedStreamPastPosition(t *testing.T) {
-	url := natsServer(t)
+	url := natstest.Start(t)
 	publishCleared(t, url, 3)
 	st := &posStore{}
 	runSource(t, New(Config{URL: url, Stream: testStream}, st), 3)
@@ -150,7 +151,7 @@ func TestRecreatedStreamPastPosition(t *testing.T) {
 
 // A stream deleted and recreated under a running source is noticed too.
 func TestStreamRecreatedWhileRunning(t *testing.T) {
-	url := natsServer(t)
+	url := natstest.Start(t)
 	publishCleared(t, url, 3)
 	st := &posStore{}
 	src := New(Config{URL: url, Stream: testStream}, st)

@@ -14,33 +14,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	js "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kvidx/kvidx"
 	"github.com/kvidx/kvidx/engine"
+	"github.com/kvidx/kvidx/internal/natstest"
 	"github.com/kvidx/kvidx/recovery"
 	"github.com/kvidx/kvidx/wal"
 	"github.com/kvidx/kvidx/workload"
 )
 
 const testStream, testPrefix = "KV_EVENTS", "kv.events"
-
-// natsServer starts an embedded JetStream server on loopback.
-func natsServer(t *testing.T) string {
-	t.Helper()
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server not ready")
-	}
-	t.Cleanup(ns.Shutdown)
-	return ns.ClientURL()
-}
 
 // jetStream connects to the server at url for the test's duration.
 func jetStream(t *testing.T, url string) js.JetStream {
@@ -117,7 +102,7 @@ func sameAnswers(t *testing.T, a, b *engine.Index, qs [][]uint64) {
 // Two replicas on one stream answer every query identically, and equal an
 // index fed the workload directly.
 func TestTwoReplicasIdentical(t *testing.T) {
-	url := natsServer(t)
+	url := natstest.Start(t)
 	tr := testTrace(t)
 	rep, err := Publish(context.Background(), url, testStream, testPrefix, tr, testCfg)
 	if err != nil {
@@ -141,7 +126,7 @@ func TestTwoReplicasIdentical(t *testing.T) {
 
 // A message that is not events is counted, skipped, and not read again.
 func TestBadMessageSkipped(t *testing.T) {
-	url := natsServer(t)
+	url := natstest.Start(t)
 	jsc := jetStream(t, url)
 	ctx := context.Background()
 	if _, err := EnsureStream(ctx, jsc, testStream, testPrefix+".>"); err != nil {
@@ -180,7 +165,7 @@ func TestBadMessageSkipped(t *testing.T) {
 // Messages purged before a replica applied them are a gap: not skipped
 // silently, unless allowed.
 func TestGap(t *testing.T) {
-	url := natsServer(t)
+	url := natstest.Start(t)
 	tr := testTrace(t)
 	rep, err := Publish(context.Background(), url, testStream, testPrefix, tr, testCfg)
 	if err != nil {
@@ -215,7 +200,7 @@ func TestKilledReplicaConverges(t *testing.T) {
 	if os.Getenv("KVIDX_JS_CHILD") != "" {
 		t.Skip("running as the child")
 	}
-	url := natsServer(t)
+	url := natstest.Start(t)
 	tr := testTrace(t)
 	rep, err := Publish(context.Background(), url, testStream, testPrefix, tr, testCfg)
 	if err != nil {
