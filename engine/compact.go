@@ -125,10 +125,15 @@ func (s *shard) compact() []uint32 {
 	s.free = 0
 	s.nextNew = live + 1
 	pages := int(live>>pageBits) + 1
-	clear(s.pages[pages:])
-	s.pages = s.pages[:pages]
+	// Reserved pages stay, never-used again (see Index.Reserve).
+	keep := max(pages, min(s.pageFloor, len(s.pages)))
+	for _, pg := range s.pages[pages:keep] {
+		clear(pg)
+	}
+	clear(s.pages[keep:])
+	s.pages = s.pages[:keep]
 	// The rest of the last page is never-used again. When live ends a page,
-	// the never-used slots begin with the next page, dropped above.
+	// the never-used slots begin with the next page, dropped or cleared above.
 	if rest := (live + 1) & (pageSize - 1); rest != 0 {
 		clear(s.pages[pages-1][rest:])
 	}

@@ -29,6 +29,10 @@
 // least a page of them) are free the writer compacts them and rewrites every
 // reference.
 //
+// [Index.Reserve] sizes an index for the holder-blocks and worker keys it is
+// expected to hold, before events flow: its tables then neither resize nor
+// map fresh memory while it fills, and do not shrink below that size.
+//
 // The package does no I/O: the write-ahead log, snapshots and event decoders
 // live in other packages and feed [Event] values to [Index.Apply].
 package engine

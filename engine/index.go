@@ -37,6 +37,12 @@ type Index struct {
 	refBuf          []uint32
 	sink            uint64
 
+	// Reservation (see Reserve): the smallest reverse map, and reverse-map
+	// slots kept ready for worker keys to come.
+	revFloor int
+	revKeys  int
+	revSpare [][]revSlot
+
 	scratch sync.Pool // *matchScratch
 	spare   *Frozen   // memory for the next Freeze (see Frozen.Release)
 }

@@ -7,6 +7,7 @@ package engine
 type revTable struct {
 	slots []revSlot
 	n     int
+	floor int // reserved size: no shrinking below it (see Index.Reserve)
 }
 
 // revSlot is a mixed block hash (mix64 of it: a bijection, so slots hash by
@@ -113,8 +114,8 @@ func (t *revTable) del(key uint64) (uint32, bool) {
 	}
 	runDelete(t.slots, i, e)
 	t.n--
-	if size > minTable && float64(t.n) < shrinkLoad*float64(size) {
-		t.resize(capFor(t.n, shrunkLoad))
+	if size > max(minTable, t.floor) && float64(t.n) < shrinkLoad*float64(size) {
+		t.resize(max(t.floor, capFor(t.n, shrunkLoad)))
 	}
 	return ref, true
 }

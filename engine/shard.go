@@ -84,7 +84,11 @@ type shard struct {
 	ovfFree []uint32
 	// bigKids counts kids beyond kidsMax, by place number<<32 | dense id.
 	bigKids map[uint64]uint32
-	_       [64]byte // keep neighbouring shards' locks off one cache line
+	// floor and pageFloor are the table size and slab page count reserved
+	// (see Index.Reserve): the table does not shrink, nor compaction drop
+	// pages, below them.
+	floor, pageFloor int
+	_                [64]byte // keep neighbouring shards' locks off one cache line
 }
 
 func makeRef(si, local uint32) uint32 { return local<<shardBits | si }
@@ -322,9 +326,13 @@ func (s *shard) placeSlot(i int, slot uint64) {
 	}
 }
 
-func (s *shard) resize(size int) {
+func (s *shard) resize(size int) { s.rehash(populated(make([]uint64, size))) }
+
+// rehash moves the table's slots into table, which must be empty.
+func (s *shard) rehash(table []uint64) {
 	old := s.table
-	s.table = populated(make([]uint64, size))
+	s.table = table
+	size := len(table)
 	for _, slot := range old {
 		if slot != 0 {
 			s.placeSlot(home(uint32(slot>>32), size), slot)
@@ -512,8 +520,8 @@ func (s *shard) deletePlace(local uint32, p *place) {
 	}
 	p.set(0, 0, 0, s.free)
 	s.free = local
-	if len(s.table) > minTable && float64(s.places) < shrinkLoad*float64(len(s.table)) {
-		s.resize(capFor(s.places, tableShrunkLoad))
+	if len(s.table) > max(minTable, s.floor) && float64(s.places) < shrinkLoad*float64(len(s.table)) {
+		s.resize(max(s.floor, capFor(s.places, tableShrunkLoad)))
 	}
 }
 

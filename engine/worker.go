@@ -43,7 +43,7 @@ func (ix *Index) worker(key WorkerKey) (uint32, *worker) {
 func (ix *Index) addWorker(key WorkerKey) (uint32, *worker) {
 	ix.wmu.Lock()
 	defer ix.wmu.Unlock()
-	w := &worker{key: key}
+	w := &worker{key: key, rev: revTable{slots: ix.newRevSlots(), floor: ix.revFloor}}
 	var id uint32
 	if n := len(ix.freeIDs); n > 0 {
 		id = ix.freeIDs[n-1]
@@ -71,6 +71,7 @@ func (ix *Index) removeWorker(id uint32) {
 	at, _ := slices.BinarySearchFunc(ix.order, key, func(id uint32, k WorkerKey) int { return compareKeys(ix.keys[id], k) })
 	ix.order = slices.Delete(ix.order, at, at+1)
 	delete(ix.byKey, key)
+	ix.keepRevSlots(ix.workers[id].rev.slots)
 	ix.workers[id] = nil
 	ix.keys[id] = WorkerKey{}
 	ix.freeIDs = append(ix.freeIDs, id)

@@ -31,6 +31,10 @@ func TestRecoveryProperty(t *testing.T) {
 		if rapid.Bool().Draw(rt, "small segments") {
 			opts.SegmentSize = 1024
 		}
+		if rapid.Bool().Draw(rt, "reserve") { // an index sized at every open
+			opts.ReserveHolderBlocks = rapid.SampledFrom([]int{1, 50, 5000}).Draw(rt, "reserve blocks")
+			opts.ReserveWorkerKeys = rapid.IntRange(1, 4).Draw(rt, "reserve keys")
+		}
 		var history [][]engine.Event // history[i] = events of entry i+1
 		s := mustOpen(rt, dir, opts)
 		defer func() { s.Close() }()

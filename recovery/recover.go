@@ -111,6 +111,7 @@ func (s *Store) recover(ctx context.Context) error {
 		}
 		ix = engine.New()
 	}
+	ix.Reserve(s.opts.ReserveHolderBlocks, s.opts.ReserveWorkerKeys)
 	s.ix = ix
 	for _, f := range r.SnapshotsSkipped {
 		s.logger.Warn("snapshot skipped", "path", f.Path, "index", f.Index, "reason", f.Reason)

@@ -39,6 +39,11 @@ type Options struct {
 	// WrapStore, if set, wraps the file layer the WAL writes through (see
 	// [wal.Options]): metrics and fault injection.
 	WrapStore func(wal.Store) wal.Store
+	// ReserveHolderBlocks and ReserveWorkerKeys, when both are positive,
+	// size the index for that many holder-blocks and worker keys (see
+	// [engine.Index.Reserve]) once the snapshot is loaded, before the WAL
+	// replays into it.
+	ReserveHolderBlocks, ReserveWorkerKeys int
 }
 
 // SnapshotRef names a snapshot file and its WAL index.

@@ -20,6 +20,11 @@ type BenchConfig struct {
 	// Verify runs [engine.Index.Verify] on the final index (untimed; it walks
 	// the whole index and may take longer than the replay).
 	Verify bool
+	// Reserve sizes the index for Workers x Capacity holder-blocks (at most
+	// the workload's blocks) of Workers worker keys before the run, untimed (see [engine.Index.Reserve]), as a
+	// router node that knows its workers' cache sizes does. Without it the
+	// index grows from empty during the timed applies.
+	Reserve bool
 }
 
 // Validate reports a config Bench cannot run.
@@ -47,8 +52,8 @@ const maxLatencyReserve = 1 << 20
 // since the run started.
 type ProgressFunc func(done, total int, elapsed time.Duration)
 
-// Bench replays the workload of tr through a fresh [engine.Index] and measures
-// it. Per request it times ix.Match alone (lookup latency), routes and serves
+// Bench replays the workload of tr through a fresh [engine.Index] (reserved
+// if cfg.Reserve) and measures it. Per request it times ix.Match alone (lookup latency), routes and serves
 // the request in the simulator (untimed), then times the ix.Apply calls of its
 // events (apply throughput). Heap marks, the final [engine.Index.Verify] (if
 // asked for) and the heap measurements are untimed. progress, if not nil, is
@@ -77,6 +82,10 @@ func Bench(ctx context.Context, tr *Trace, cfg BenchConfig, progress ProgressFun
 	nextMark := 0
 
 	ix := engine.New()
+	if cfg.Reserve {
+		// A small trace never fills a large simulated cluster.
+		ix.Reserve(min(cfg.Workers*cfg.Capacity, NumBlocks(tr, cfg.Duplicate)), cfg.Workers)
+	}
 	var (
 		applyTime, matchTime time.Duration
 		events, blockOps     int64

@@ -68,6 +68,29 @@ func TestBenchMatchesRun(t *testing.T) {
 	if rep.ApplyBlockOpsPerS <= 0 || rep.LookupP50us <= 0 || rep.LookupP99us < rep.LookupP50us {
 		t.Errorf("timings: apply %v/s, lookup p50 %v p99 %v", rep.ApplyBlockOpsPerS, rep.LookupP50us, rep.LookupP99us)
 	}
+	// A reserved index gives the same run.
+	rcfg := cfg
+	rcfg.Reserve = true
+	rrep, err := Bench(context.Background(), tr, rcfg, nil)
+	if err != nil {
+		t.Fatalf("Bench, reserved: %v", err)
+	}
+	for _, c := range []struct {
+		name      string
+		got, want any
+	}{
+		{"requests", rrep.Requests, rep.Requests},
+		{"events", rrep.Events, rep.Events},
+		{"block_ops", rrep.BlockOps, rep.BlockOps},
+		{"entries", rrep.Entries, rep.Entries},
+		{"holder_blocks", rrep.HolderBlocks, rep.HolderBlocks},
+		{"prefix_hit_rate", rrep.PrefixHitRate, rep.PrefixHitRate},
+		{"verify", rrep.VerifyErr, error(nil)},
+	} {
+		if !reflect.DeepEqual(c.got, c.want) {
+			t.Errorf("reserved: %s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
 	if m := rep.HeapMarks[0]; m.BlockOps < 1000 || m.HeapBytes == 0 {
 		t.Errorf("heap mark %+v", m)
 	}

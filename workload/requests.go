@@ -75,3 +75,13 @@ func NumRequests(tr *Trace, duplicate int) int {
 	}
 	return n * max(duplicate, 0)
 }
+
+// NumBlocks returns the blocks of the requests [Requests] yields: no index fed
+// by the workload holds more holder-blocks than that.
+func NumBlocks(tr *Trace, duplicate int) int {
+	n := 0
+	for i := range tr.Records {
+		n += len(tr.Records[i].HashIDs)
+	}
+	return n * max(duplicate, 0)
+}

@@ -89,32 +89,43 @@ func waitReady(t *testing.T, base string) {
 }
 
 // Events in, matches out, stop, start again on the same data directory:
-// the same answers.
+// the same answers, with the index grown as needed or reserved at start.
 func TestServeRestart(t *testing.T) {
-	dir := t.TempDir()
-	ctx, cancel := context.WithCancel(context.Background())
-	base, done := serveInProcess(t, ctx, "--data-dir", dir)
-	if code, body := post(t, base+"/v1/events", storeChain(0, 1, 1, 2, 3)+storeChain(1, 2, 1, 2)); code != 200 {
-		t.Fatalf("events: %d %s", code, body)
-	}
-	_, before := post(t, base+"/v1/match", `{"local_hashes":[1,2,3]}`)
-	want := `{"scores":[{"worker_id":0,"dp_rank":0,"matched_blocks":3},{"worker_id":1,"dp_rank":0,"matched_blocks":2}],"query_blocks":3}`
-	if strings.TrimSpace(before) != want {
-		t.Fatalf("match: %s", before)
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("serve: %v", err)
-	}
-	ctx2, cancel2 := context.WithCancel(context.Background())
-	defer cancel2()
-	base, done = serveInProcess(t, ctx2, "--data-dir", dir)
-	if _, after := post(t, base+"/v1/match", `{"local_hashes":[1,2,3]}`); after != before {
-		t.Fatalf("after restart: %s, before: %s", after, before)
-	}
-	cancel2()
-	if err := <-done; err != nil {
-		t.Fatalf("serve: %v", err)
+	for _, tc := range []struct {
+		name  string
+		flags []string
+	}{
+		{"grown", nil},
+		{"reserved", []string{"--reserve-blocks", "100000", "--reserve-workers", "4"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			args := append([]string{"--data-dir", dir}, tc.flags...)
+			ctx, cancel := context.WithCancel(context.Background())
+			base, done := serveInProcess(t, ctx, args...)
+			if code, body := post(t, base+"/v1/events", storeChain(0, 1, 1, 2, 3)+storeChain(1, 2, 1, 2)); code != 200 {
+				t.Fatalf("events: %d %s", code, body)
+			}
+			_, before := post(t, base+"/v1/match", `{"local_hashes":[1,2,3]}`)
+			want := `{"scores":[{"worker_id":0,"dp_rank":0,"matched_blocks":3},{"worker_id":1,"dp_rank":0,"matched_blocks":2}],"query_blocks":3}`
+			if strings.TrimSpace(before) != want {
+				t.Fatalf("match: %s", before)
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatalf("serve: %v", err)
+			}
+			ctx2, cancel2 := context.WithCancel(context.Background())
+			defer cancel2()
+			base, done = serveInProcess(t, ctx2, args...)
+			if _, after := post(t, base+"/v1/match", `{"local_hashes":[1,2,3]}`); after != before {
+				t.Fatalf("after restart: %s, before: %s", after, before)
+			}
+			cancel2()
+			if err := <-done; err != nil {
+				t.Fatalf("serve: %v", err)
+			}
+		})
 	}
 }
 
@@ -241,6 +252,8 @@ func TestServeRejectsBadValues(t *testing.T) {
 		{"--block-size", "0"}, {"--block-size", "-5"}, {"--keep-snapshots", "0"},
 		{"--max-body-bytes", "-1"}, {"--sync-interval", "-1s"}, {"--snapshot-interval", "-1m"},
 		{"--nats-stream", "S"}, {"--nats-subject", "a.b"}, {"--nats-allow-gap", "true"}, // without --nats-url
+		{"--reserve-blocks", "-1"}, {"--reserve-blocks", "1000"}, {"--reserve-workers", "8"}, // without the other
+		{"--reserve-blocks", "2000000000"},
 	} {
 		t.Run(tc.flag+"="+tc.value, func(t *testing.T) {
 			args := []string{"serve", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", tc.flag + "=" + tc.value}

@@ -1,0 +1,176 @@
+package engine
+
+import (
+	"slices"
+	"testing"
+
+	"pgregory.net/rapid"
+)
+
+// checkReserved fails unless every table, slab and reverse map is at least
+// its reserved size.
+func checkReserved(t interface{ Fatalf(string, ...any) }, ix *Index) {
+	for si := range ix.shards {
+		s := &ix.shards[si]
+		if len(s.table) < s.floor || len(s.pages) < s.pageFloor {
+			t.Fatalf("shard %d: table %d slots (reserved %d), %d pages (reserved %d)", si, len(s.table), s.floor, len(s.pages), s.pageFloor)
+		}
+	}
+	for _, w := range ix.workers {
+		if w != nil && len(w.rev.slots) < ix.revFloor {
+			t.Fatalf("worker %v: reverse map of %d slots, reserved %d", w.key, len(w.rev.slots), ix.revFloor)
+		}
+	}
+	if len(ix.revSpare) > 0 && len(ix.revSpare)+len(ix.byKey) > ix.revKeys {
+		t.Fatalf("%d spare reverse maps and %d worker keys, %d reserved", len(ix.revSpare), len(ix.byKey), ix.revKeys)
+	}
+}
+
+// A reserved index answers exactly as the model does, whenever the
+// reservation is made (before any event, or with blocks held), through
+// compactions and reloads, and its reserved memory stays.
+func TestReservedIndexMatchesModel(t *testing.T) {
+	queries := allQueries()
+	rapid.Check(t, func(t *rapid.T) {
+		ix, ref := New(), newModel()
+		reserve := func(label string) {
+			// Small reservations, and one of three pages a shard, more than
+			// the filler's 1,088 places in shard 0, so that compaction meets
+			// reserved pages.
+			hbs := rapid.SampledFrom([]int{0, 1, 40, 3000, 200000}).Draw(t, label+"_blocks")
+			keys := rapid.IntRange(0, 5).Draw(t, label+"_keys")
+			ix.Reserve(hbs, keys)
+			checkReserved(t, ix)
+		}
+		reserve("first")
+		steps := rapid.IntRange(1, 30).Draw(t, "steps")
+		for step := range steps {
+			if rapid.IntRange(0, 9).Draw(t, "reserve_now") == 0 {
+				reserve("later")
+			}
+			ev := genEventOrFiller(t)
+			errIx, errRef := ix.Apply(&ev), ref.Apply(&ev)
+			if RejectReason(errIx) != RejectReason(errRef) {
+				t.Fatalf("step %d %v: index error %v, model error %v", step, ev.Kind, errIx, errRef)
+			}
+			if err := ix.Verify(); err != nil {
+				t.Fatalf("step %d %v: invariants: %v", step, ev.Kind, err)
+			}
+			checkReserved(t, ix)
+			if got, want := ix.Stats(), ref.Stats(); got != want {
+				t.Fatalf("step %d %v: stats %+v, model %+v", step, ev.Kind, got, want)
+			}
+			if got, want := ix.Workers(), ref.Workers(); !slices.Equal(got, want) {
+				t.Fatalf("step %d: workers %v, model %v", step, got, want)
+			}
+			for _, q := range queries {
+				if got, want := ix.Match(q, nil), ref.Match(q, nil); !slices.Equal(got, want) {
+					t.Fatalf("step %d %v: query %v: scores %v, model %v", step, ev.Kind, q, got, want)
+				}
+			}
+			if rapid.IntRange(0, 7).Draw(t, "reload") == 0 {
+				got := reload(t, ix)
+				if err := got.Verify(); err != nil {
+					t.Fatalf("step %d: loaded: %v", step, err)
+				}
+				for _, q := range queries {
+					if a, b := got.Match(q, nil), ix.Match(q, nil); !slices.Equal(a, b) {
+						t.Fatalf("step %d: loaded, query %v: %v, original %v", step, q, a, b)
+					}
+				}
+			}
+		}
+	})
+}
+
+// Memory reserved for blocks and worker keys is mapped at once, kept when
+// the blocks and workers leave, and used by the next ones: nothing resizes.
+func TestReserveKeepsMemory(t *testing.T) {
+	const workers, perWorker = 4, 3000
+	ix := New()
+	// Twice the blocks stored: some shards get more than their share.
+	ix.Reserve(2*workers*perWorker, workers)
+	tables := make([]int, shardCount)
+	for si := range ix.shards {
+		tables[si] = len(ix.shards[si].table)
+	}
+	if got := len(ix.revSpare); got != workers {
+		t.Fatalf("%d spare reverse maps after reserving %d worker keys", got, workers)
+	}
+	sameTables := func(when string) {
+		t.Helper()
+		for si := range ix.shards {
+			if got := len(ix.shards[si].table); got != tables[si] {
+				t.Fatalf("%s: shard %d table of %d slots, reserved %d", when, si, got, tables[si])
+			}
+		}
+	}
+	var stores []Event
+	for w := range workers {
+		ths := make([]uint64, perWorker)
+		for i := range ths {
+			ths[i] = uint64(w*perWorker + i + 1)
+		}
+		stores = append(stores, chain(WorkerKey{WorkerID: uint64(w)}, nil, ths...))
+	}
+	apply(t, ix, stores...)
+	if len(ix.revSpare) != 0 {
+		t.Fatalf("%d spare reverse maps with every reserved worker key present", len(ix.revSpare))
+	}
+	for _, w := range ix.workers {
+		if len(w.rev.slots) != ix.revFloor {
+			t.Fatalf("worker %v: reverse map of %d slots, reserved %d", w.key, len(w.rev.slots), ix.revFloor)
+		}
+	}
+	sameTables("stored")
+	checkReserved(t, ix)
+	// Every block leaves, by each removal path.
+	apply(t, ix,
+		removed(WorkerKey{WorkerID: 0}, stores[0]),
+		Event{Worker: WorkerKey{WorkerID: 1}, Kind: KindCleared},
+		Event{Worker: WorkerKey{WorkerID: 2}, Kind: KindWorkerRemoved},
+		Event{Worker: WorkerKey{WorkerID: 3}, Kind: KindWorkerRemoved},
+	)
+	if ix.Len() != 0 {
+		t.Fatalf("%d entries after every block left", ix.Len())
+	}
+	if err := ix.Verify(); err != nil {
+		t.Fatal(err)
+	}
+	sameTables("emptied")
+	checkReserved(t, ix)
+	if got := len(ix.revSpare); got != workers {
+		t.Fatalf("%d spare reverse maps after every worker left, want %d", got, workers)
+	}
+	for _, s := range ix.revSpare {
+		for i, slot := range s {
+			if slot != (revSlot{}) {
+				t.Fatalf("a spare reverse map keeps slot %d: %+v", i, slot)
+			}
+		}
+	}
+	// The next worker takes a spare map and answers as usual.
+	apply(t, ix, stores[0])
+	if len(ix.revSpare) != workers-1 {
+		t.Fatalf("%d spare reverse maps after a worker came back, want %d", len(ix.revSpare), workers-1)
+	}
+	var query []uint64
+	for _, b := range stores[0].Blocks {
+		query = append(query, b.TokensHash)
+	}
+	if got := ix.Match(query, nil); len(got) != 1 || got[0].MatchedBlocks != perWorker {
+		t.Fatalf("scores %v after storing again", got)
+	}
+	sameTables("stored again")
+	checkReserved(t, ix)
+}
+
+func TestReserveNothing(t *testing.T) {
+	for _, c := range []struct{ blocks, keys int }{{0, 0}, {0, 4}, {100, 0}, {-1, 4}, {100, -1}} {
+		ix := New()
+		ix.Reserve(c.blocks, c.keys)
+		if ix.revFloor != 0 || len(ix.revSpare) != 0 || len(ix.shards[0].table) != 0 || len(ix.shards[0].pages) != 0 {
+			t.Fatalf("Reserve(%d, %d) reserved memory", c.blocks, c.keys)
+		}
+	}
+}
