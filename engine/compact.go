@@ -21,7 +21,13 @@ func (s *shard) freeSlots() int { return int(s.nextNew) - 1 - s.places }
 
 func (s *shard) needsCompaction() bool {
 	free := s.freeSlots()
-	return free >= compactMinFree && free*compactFreeFraction >= int(s.nextNew)-1
+	return free >= compactMinFree && free*compactFreeFraction >= int(s.nextNew)-1 && s.compactionFrees()
+}
+
+// compactionFrees reports whether compacting the shard would drop a page:
+// it keeps the pages its live places need, and its reserved ones.
+func (s *shard) compactionFrees() bool {
+	return len(s.pages) > max(s.places>>pageBits+1, s.pageFloor)
 }
 
 // maybeCompact compacts the shards that need it, together with those half
@@ -39,7 +45,7 @@ func (ix *Index) maybeCompact() {
 	var moved [shardCount][]uint32
 	for si := range ix.shards {
 		s := &ix.shards[si]
-		if free := s.freeSlots(); free > 0 && 2*free*compactFreeFraction >= int(s.nextNew)-1 {
+		if free := s.freeSlots(); free > 0 && 2*free*compactFreeFraction >= int(s.nextNew)-1 && s.compactionFrees() {
 			moved[si] = s.compact()
 		}
 	}

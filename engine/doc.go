@@ -30,8 +30,9 @@
 // reference.
 //
 // [Index.Reserve] sizes an index for the holder-blocks and worker keys it is
-// expected to hold, before events flow: its tables then neither resize nor
-// map fresh memory while it fills, and do not shrink below that size.
+// expected to hold, before events flow: while it fills, its tables then
+// mostly neither resize nor map fresh memory, and they do not shrink below
+// that size.
 //
 // The package does no I/O: the write-ahead log, snapshots and event decoders
 // live in other packages and feed [Event] values to [Index.Apply].

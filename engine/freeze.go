@@ -160,7 +160,8 @@ func (ix *Index) Freeze() *Frozen {
 		f.nextNew[si] = s.nextNew
 		old := f.pages[si]
 		f.pages[si] = f.pages[si][:0]
-		for i, pg := range s.pages {
+		// Pages past the last place number ever used hold nothing.
+		for i, pg := range s.pages[:s.usedPages()] {
 			var buf []place
 			if i < len(old) {
 				buf = old[i][:0]
@@ -200,7 +201,7 @@ func (ix *Index) prepare() *Frozen {
 	}
 	var pages [shardCount]int
 	for si := range ix.shards {
-		pages[si] = len(ix.shards[si].pages)
+		pages[si] = ix.shards[si].usedPages()
 	}
 	ix.mu.Unlock()
 

@@ -37,11 +37,13 @@ type Index struct {
 	refBuf          []uint32
 	sink            uint64
 
-	// Reservation (see Reserve): the smallest reverse map, and reverse-map
-	// slots kept ready for worker keys to come.
-	revFloor int
-	revKeys  int
-	revSpare [][]revSlot
+	// Reservation (see Reserve): the reserved reverse-map size, for how many
+	// worker keys, how many present ones hold such a map, and reserved maps
+	// kept ready for worker keys to come.
+	revFloor    int
+	revKeys     int
+	revReserved int
+	revSpare    [][]revSlot
 
 	scratch sync.Pool // *matchScratch
 	spare   *Frozen   // memory for the next Freeze (see Frozen.Release)

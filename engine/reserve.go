@@ -6,22 +6,24 @@ import "slices"
 // workerKeys worker keys, and maps the memory in now. An index that grows
 // from empty resizes its tables many times on the way (a resize copies
 // every slot), and faults in fresh memory as it goes, which on this
-// project's VMs costs about 2 ms a MiB on the writer's goroutine: in the
-// benchmark workload (128 workers of 8,192 blocks) a fresh index applied
-// events about a quarter slower than one reserved for them.
+// project's VMs costs about 2 ms a MiB on the writer's goroutine: filling
+// a fresh index with the benchmark workload's events (128 workers of 8,192
+// blocks) took 40 % less time reserved than grown.
 //
-// Reserved tables, slab pages and reverse maps are kept at that size when
-// the index shrinks below it (churn near capacity then never resizes them),
-// and the reverse maps of worker keys beyond those present are kept ready
-// for the next ones to arrive. Above the reservation the index grows and
-// shrinks as usual. Reserving less than the index holds, or 0, keeps what
-// the index has. A router node knows its workers' cache sizes, hence the
-// block count; reserving far more than is used costs memory (about 55
-// bytes a holder-block reserved) for nothing. Reserve holds up events
-// while it maps the memory (queries go on): call it before they flow.
+// What is reserved: shard tables for a place per holder-block, slab pages
+// for three places in four holder-blocks (workers share places), and a
+// reverse map for each of workerKeys keys, sized for its share. A shard or
+// worker above its share grows as usual. Reserved tables, pages and maps
+// are kept when the index shrinks below them (churn near capacity then does
+// not resize them), and the maps of reserved keys that leave are kept for
+// the next keys; keys beyond workerKeys get maps that grow and shrink as
+// usual. A second Reserve only ever adds. Memory: about 55 bytes a
+// holder-block reserved, used or not (snapshots copy only what is used).
+// Reserve holds up events while it maps the memory, and each shard's
+// queries for a moment: call it before events flow.
 //
-// Reservations above MaxReservedHolderBlocks or MaxWorkerKeys are cut to
-// them.
+// Arguments of 0 or less reserve nothing; reservations above
+// MaxReservedHolderBlocks or MaxWorkerKeys are cut to them.
 func (ix *Index) Reserve(holderBlocks, workerKeys int) {
 	if holderBlocks <= 0 || workerKeys <= 0 {
 		return
@@ -39,14 +41,26 @@ func (ix *Index) Reserve(holderBlocks, workerKeys int) {
 	// stored before its evictions are removed.
 	ix.revFloor = max(ix.revFloor, capFor(perWorker, reservedRevLoad))
 	ix.revKeys = max(ix.revKeys, workerKeys)
-	for _, w := range ix.workers {
-		if w != nil {
-			w.rev.keepAtLeast(ix.revFloor)
+	// Worker keys present that hold reserved maps keep them, grown to the
+	// new size; others take the rest of the reservation. Keys beyond it
+	// grow their maps as usual.
+	for _, id := range ix.order {
+		w := ix.workers[id]
+		if w.rev.floor == 0 {
+			if ix.revReserved >= ix.revKeys {
+				continue
+			}
+			ix.revReserved++
 		}
+		w.rev.keepAtLeast(ix.revFloor)
 	}
-	// Spares of an earlier, smaller reservation go.
+	// Spares of an earlier, smaller reservation go, and so do spares that
+	// present keys took the place of.
 	ix.revSpare = slices.DeleteFunc(ix.revSpare, func(slots []revSlot) bool { return len(slots) != ix.revFloor })
-	for len(ix.revSpare)+len(ix.byKey) < ix.revKeys {
+	keep := max(0, min(len(ix.revSpare), ix.revKeys-ix.revReserved))
+	clear(ix.revSpare[keep:])
+	ix.revSpare = ix.revSpare[:keep]
+	for len(ix.revSpare)+ix.revReserved < ix.revKeys {
 		ix.revSpare = append(ix.revSpare, touched(populated(make([]revSlot, ix.revFloor)), revSlotBytes))
 	}
 }
@@ -69,19 +83,29 @@ const reservedRevLoad = 0.85
 const reservedPlaces = 3
 
 // reserve sizes the shard's table for maxPlaces places and its slab pages
-// for places.
+// for places. The writer calls it (nothing else changes the table's size or
+// the pages), and maps the memory in before it takes the shard lock, for
+// which queries wait.
 func (s *shard) reserve(maxPlaces, places int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.floor = max(s.floor, capFor(maxPlaces, tableGrowLoad))
-	if len(s.table) < s.floor {
-		s.rehash(touched(populated(make([]uint64, s.floor)), 8))
+	floor := max(s.floor, capFor(maxPlaces, tableGrowLoad))
+	var table []uint64
+	if len(s.table) < floor {
+		table = touched(populated(make([]uint64, floor)), 8)
 	}
 	// Place numbers start at 1.
-	s.pageFloor = max(s.pageFloor, (places+1+pageSize-1)/pageSize)
-	for len(s.pages) < s.pageFloor {
-		s.pages = append(s.pages, touched(populated(make([]place, pageSize)), placeBytes))
+	pageFloor := max(s.pageFloor, (places+1+pageSize-1)/pageSize)
+	var pages [][]place
+	for range pageFloor - len(s.pages) {
+		pages = append(pages, touched(populated(make([]place, pageSize)), placeBytes))
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.floor = floor
+	if table != nil {
+		s.rehash(table)
+	}
+	s.pageFloor = pageFloor
+	s.pages = append(s.pages, pages...)
 }
 
 // keepAtLeast grows the map to at least size slots and keeps it there.
@@ -92,29 +116,34 @@ func (t *revTable) keepAtLeast(size int) {
 	}
 }
 
-// newRevSlots returns the slots of a new worker's reverse map: a spare one
-// when there is one, of the reserved size when there is a reservation, else
-// none (the map grows on the first insert).
-func (ix *Index) newRevSlots() []revSlot {
+// newRevTable returns a new worker key's reverse map: while fewer worker
+// keys than reserved are present, one of the reserved size (a spare when
+// there is one), else an empty one that grows on the first insert.
+func (ix *Index) newRevTable() revTable {
+	if ix.revReserved >= ix.revKeys {
+		return revTable{}
+	}
+	ix.revReserved++
 	n := len(ix.revSpare)
 	if n == 0 {
-		if ix.revFloor == 0 {
-			return nil
-		}
-		return populated(make([]revSlot, ix.revFloor))
+		return revTable{slots: populated(make([]revSlot, ix.revFloor)), floor: ix.revFloor}
 	}
 	slots := ix.revSpare[n-1]
 	ix.revSpare[n-1] = nil
 	ix.revSpare = ix.revSpare[:n-1]
-	return slots
+	return revTable{slots: slots, floor: ix.revFloor}
 }
 
-// keepRevSlots takes back the slots of a removed worker's reverse map when
-// they are of the reserved size and fewer than the reserved worker keys are
-// present or spare, for the next worker key.
-func (ix *Index) keepRevSlots(slots []revSlot) {
-	if ix.revFloor > 0 && len(slots) == ix.revFloor && len(ix.revSpare)+len(ix.byKey) < ix.revKeys {
-		clear(slots)
-		ix.revSpare = append(ix.revSpare, slots)
+// keepRevSlots takes back a removed worker's reverse map: when it was a
+// reserved one, of the reserved size, it is kept (cleared) for the next
+// worker key.
+func (ix *Index) keepRevSlots(rev revTable) {
+	if rev.floor == 0 {
+		return
+	}
+	ix.revReserved--
+	if len(rev.slots) == ix.revFloor && len(ix.revSpare)+ix.revReserved < ix.revKeys {
+		clear(rev.slots)
+		ix.revSpare = append(ix.revSpare, rev.slots)
 	}
 }

@@ -16,13 +16,17 @@ func checkReserved(t interface{ Fatalf(string, ...any) }, ix *Index) {
 			t.Fatalf("shard %d: table %d slots (reserved %d), %d pages (reserved %d)", si, len(s.table), s.floor, len(s.pages), s.pageFloor)
 		}
 	}
+	reserved := 0
 	for _, w := range ix.workers {
-		if w != nil && len(w.rev.slots) < ix.revFloor {
-			t.Fatalf("worker %v: reverse map of %d slots, reserved %d", w.key, len(w.rev.slots), ix.revFloor)
+		if w != nil && w.rev.floor > 0 {
+			reserved++
+			if len(w.rev.slots) < w.rev.floor {
+				t.Fatalf("worker %v: reverse map of %d slots, reserved %d", w.key, len(w.rev.slots), w.rev.floor)
+			}
 		}
 	}
-	if len(ix.revSpare) > 0 && len(ix.revSpare)+len(ix.byKey) > ix.revKeys {
-		t.Fatalf("%d spare reverse maps and %d worker keys, %d reserved", len(ix.revSpare), len(ix.byKey), ix.revKeys)
+	if reserved != ix.revReserved || reserved+len(ix.revSpare) > ix.revKeys {
+		t.Fatalf("%d reserved reverse maps (counted %d) and %d spare, %d worker keys reserved", reserved, ix.revReserved, len(ix.revSpare), ix.revKeys)
 	}
 }
 
@@ -163,6 +167,66 @@ func TestReserveKeepsMemory(t *testing.T) {
 	}
 	sameTables("stored again")
 	checkReserved(t, ix)
+}
+
+// Worker keys beyond the reservation get reverse maps that grow as usual,
+// not reserved ones (a reservation per worker id, with DP ranks as keys,
+// would otherwise multiply its memory).
+func TestReserveBeyondWorkerKeys(t *testing.T) {
+	ix := New()
+	ix.Reserve(1<<20, 2)
+	for w := range 6 {
+		apply(t, ix, chain(WorkerKey{WorkerID: uint64(w)}, nil, uint64(w+1)))
+	}
+	checkReserved(t, ix)
+	plain := 0
+	for _, w := range ix.workers {
+		if w.rev.floor == 0 {
+			plain++
+			if len(w.rev.slots) > minTable {
+				t.Errorf("worker %v beyond the reservation: reverse map of %d slots", w.key, len(w.rev.slots))
+			}
+		}
+	}
+	if plain != 4 {
+		t.Fatalf("%d of 6 worker keys without a reserved map, want 4", plain)
+	}
+	// A reserved key leaves: its map is kept for the next key, not for a
+	// present key beyond the reservation.
+	apply(t, ix, Event{Worker: WorkerKey{WorkerID: 0}, Kind: KindCleared})
+	checkReserved(t, ix)
+	if len(ix.revSpare) != 1 {
+		t.Fatalf("%d spare maps after a reserved key left", len(ix.revSpare))
+	}
+	apply(t, ix, chain(WorkerKey{WorkerID: 9}, nil, 9))
+	checkReserved(t, ix)
+	if w := ix.workers[ix.byKey[WorkerKey{WorkerID: 9}]]; w.rev.floor == 0 || len(ix.revSpare) != 0 {
+		t.Fatalf("the next key got floor %d, %d spares left", w.rev.floor, len(ix.revSpare))
+	}
+}
+
+// A snapshot copies the pages that hold places, not the reserved ones.
+func TestFreezeSkipsReservedPages(t *testing.T) {
+	ix := New()
+	ix.Reserve(1<<20, 8)
+	f := ix.Freeze()
+	for si := range f.pages {
+		if len(f.pages[si]) != 0 {
+			t.Fatalf("shard %d: %d pages copied from an empty index", si, len(f.pages[si]))
+		}
+	}
+	apply(t, ix, chain(WorkerKey{WorkerID: 1}, nil, 1, 2, 3))
+	f = ix.Freeze()
+	pages := 0
+	for si := range f.pages {
+		pages += len(f.pages[si])
+	}
+	if pages == 0 || pages > 3 {
+		t.Fatalf("%d pages copied for 3 places", pages)
+	}
+	if got := reload(t, ix); got.Len() != 3 {
+		t.Fatalf("reloaded %d entries, want 3", got.Len())
+	}
 }
 
 func TestReserveNothing(t *testing.T) {

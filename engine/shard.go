@@ -190,6 +190,15 @@ func runDelete[T any](t []T, i, e int) {
 	}
 }
 
+// usedPages is how many of the shard's slab pages hold a place number ever
+// used; the rest are reserved (see Index.Reserve).
+func (s *shard) usedPages() int {
+	if s.nextNew <= 1 {
+		return 0
+	}
+	return int((s.nextNew-1)>>pageBits) + 1
+}
+
 func (s *shard) place(local uint32) *place {
 	return &s.pages[local>>pageBits][local&(pageSize-1)]
 }

@@ -41,9 +41,10 @@ func (ix *Index) worker(key WorkerKey) (uint32, *worker) {
 
 // addWorker registers key under a free dense id.
 func (ix *Index) addWorker(key WorkerKey) (uint32, *worker) {
+	// Memory first: queries wait while wmu is held.
+	w := &worker{key: key, rev: ix.newRevTable()}
 	ix.wmu.Lock()
 	defer ix.wmu.Unlock()
-	w := &worker{key: key, rev: revTable{slots: ix.newRevSlots(), floor: ix.revFloor}}
 	var id uint32
 	if n := len(ix.freeIDs); n > 0 {
 		id = ix.freeIDs[n-1]
@@ -66,15 +67,16 @@ func (ix *Index) addWorker(key WorkerKey) (uint32, *worker) {
 // waits for running queries, so a query never sees a dense id change owner.
 func (ix *Index) removeWorker(id uint32) {
 	ix.wmu.Lock()
-	defer ix.wmu.Unlock()
 	key := ix.keys[id]
 	at, _ := slices.BinarySearchFunc(ix.order, key, func(id uint32, k WorkerKey) int { return compareKeys(ix.keys[id], k) })
 	ix.order = slices.Delete(ix.order, at, at+1)
 	delete(ix.byKey, key)
-	ix.keepRevSlots(ix.workers[id].rev.slots)
+	rev := ix.workers[id].rev
 	ix.workers[id] = nil
 	ix.keys[id] = WorkerKey{}
 	ix.freeIDs = append(ix.freeIDs, id)
+	ix.wmu.Unlock()
+	ix.keepRevSlots(rev)
 }
 
 // untrack stops keeping id's kids counts; queries check it linearly.

@@ -35,10 +35,12 @@ the router sends a request to the worker with the lowest (uncached blocks +
 blocks routed to it among the last --workers requests). The worker stores
 what it missed and evicts least recently used blocks beyond its capacity.
 
-The index is first sized for --workers x --capacity holder-blocks (untimed),
-as kvidx serve --reserve-blocks does for a node that knows its workers' cache
-sizes: it then neither resizes its tables nor maps fresh memory while events
-are timed. --reserve=false starts from an empty index that grows as it fills.
+The index starts empty and grows as it fills. With --reserve it is first
+sized for --workers x --capacity holder-blocks (untimed), as kvidx serve
+--reserve-blocks does for a node that knows its workers' cache sizes: it then
+mostly neither resizes its tables nor maps fresh memory while events are
+timed. Its heap then includes what the run leaves unused of the reservation
+(the default run fills less than half of it).
 
 Per request, Match is timed alone (lookup latency), then the worker's events
 are applied (apply throughput). Reported: requests, events, block_ops (blocks
@@ -57,7 +59,7 @@ Without --trace the trace embedded in kvidx (3,993 requests) is used; a trace
 file may be plain JSON lines or gzipped.`,
 		Example: `  kvidx bench
   kvidx bench --json --duplicate 24
-  kvidx bench --json --duplicate 24 --reserve=false
+  kvidx bench --json --duplicate 24 --reserve
   kvidx bench --duplicate 100 --heap-marks 2000000,10000000
   kvidx bench --trace mooncake_trace.jsonl --workers 64 --capacity 16384`,
 		Args: cobra.NoArgs,
@@ -114,7 +116,7 @@ file may be plain JSON lines or gzipped.`,
 	f.IntVar(&cfg.Workers, "workers", def.Workers, "simulated workers (also the routing load window, in requests)")
 	f.IntVar(&cfg.Capacity, "capacity", def.Capacity, "KV blocks each worker's LRU cache holds")
 	f.IntVar(&cfg.Duplicate, "duplicate", def.Duplicate, "copies of each trace record, each with its own block ids")
-	f.BoolVar(&cfg.Reserve, "reserve", true, "size the index for workers x capacity holder-blocks before the run (false: grow from empty)")
+	f.BoolVar(&cfg.Reserve, "reserve", false, "size the index for workers x capacity holder-blocks before the run, untimed")
 	f.BoolVar(&asJSON, "json", false, "print the report as one JSON object")
 	f.Int64SliceVar(&cfg.HeapMarks, "heap-marks", nil, "block-op `counts` at which to measure the heap after GC, ascending (e.g. 2000000,10000000)")
 	f.BoolVar(&progress, "progress", false, "print progress on stderr even when it is not a terminal")

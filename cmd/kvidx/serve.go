@@ -80,10 +80,10 @@ applied them, or a stream deleted and recreated) keep the node not ready
 unless --nats-allow-gap.
 
 With --reserve-blocks and --reserve-workers (the workers' KV cache sizes
-summed, and how many worker keys there are), the index is sized for them at
-start: it then neither resizes its tables nor maps fresh memory while it fills
-(about a quarter faster to apply events while it does), and keeps that memory
-when it empties.
+summed, and how many worker keys, worker id and DP rank pairs, there are), the
+index is sized for them at start: while it fills it then mostly neither
+resizes its tables nor maps fresh memory (events apply faster), and it keeps
+that memory (about 55 bytes a holder-block) when it empties.
 
 Every flag can also be set by an environment variable: KVIDX_ and the flag
 name in upper case with _ for -, e.g. KVIDX_DATA_DIR=/var/lib/kvidx.`,
