@@ -64,32 +64,42 @@ func TestIndexMatchesModelThroughCompaction(t *testing.T) {
 			if RejectReason(errIx) != RejectReason(errRef) {
 				t.Fatalf("step %d %v: index error %v, model error %v", step, ev.Kind, errIx, errRef)
 			}
-			if err := ix.Verify(); err != nil {
-				t.Fatalf("step %d %v: invariants: %v", step, ev.Kind, err)
-			}
-			if got, want := ix.Stats(), ref.Stats(); got != want {
-				t.Fatalf("step %d %v: stats %+v, model %+v", step, ev.Kind, got, want)
-			}
-			for _, q := range queries {
-				if got, want := ix.Match(q, nil), ref.Match(q, nil); !slices.Equal(got, want) {
-					t.Fatalf("step %d %v: query %v: scores %v, model %v", step, ev.Kind, q, got, want)
-				}
-			}
-			if rapid.IntRange(0, 7).Draw(t, "reload") == 0 {
-				got := reload(t, ix)
-				if err := got.Verify(); err != nil {
-					t.Fatalf("step %d: loaded: %v", step, err)
-				}
-				for _, q := range queries {
-					if a, b := got.Match(q, nil), ix.Match(q, nil); !slices.Equal(a, b) {
-						t.Fatalf("step %d: loaded, query %v: %v, original %v", step, q, a, b)
-					}
-				}
-			}
+			checkStep(t, step, &ev, ix, ref, queries)
 		}
 	})
 	if compactions == 0 {
 		t.Fatal("no compaction ran")
 	}
 	t.Logf("%d compactions", compactions)
+}
+
+// checkStep fails unless ix, after step (event ev), keeps its invariants and
+// answers as the model does; now and then it also checks that a frozen copy
+// of ix loads into an index that answers alike.
+func checkStep(t *rapid.T, step int, ev *Event, ix *Index, ref *model, queries [][]uint64) {
+	if err := ix.Verify(); err != nil {
+		t.Fatalf("step %d %v: invariants: %v", step, ev.Kind, err)
+	}
+	if got, want := ix.Stats(), ref.Stats(); got != want {
+		t.Fatalf("step %d %v: stats %+v, model %+v", step, ev.Kind, got, want)
+	}
+	if got, want := ix.Workers(), ref.Workers(); !slices.Equal(got, want) {
+		t.Fatalf("step %d: workers %v, model %v", step, got, want)
+	}
+	for _, q := range queries {
+		if got, want := ix.Match(q, nil), ref.Match(q, nil); !slices.Equal(got, want) {
+			t.Fatalf("step %d %v: query %v: scores %v, model %v", step, ev.Kind, q, got, want)
+		}
+	}
+	if rapid.IntRange(0, 7).Draw(t, "reload") == 0 {
+		got := reload(t, ix)
+		if err := got.Verify(); err != nil {
+			t.Fatalf("step %d: loaded: %v", step, err)
+		}
+		for _, q := range queries {
+			if a, b := got.Match(q, nil), ix.Match(q, nil); !slices.Equal(a, b) {
+				t.Fatalf("step %d: loaded, query %v: %v, original %v", step, q, a, b)
+			}
+		}
+	}
 }

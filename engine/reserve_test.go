@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"slices"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -57,32 +56,8 @@ func TestReservedIndexMatchesModel(t *testing.T) {
 			if RejectReason(errIx) != RejectReason(errRef) {
 				t.Fatalf("step %d %v: index error %v, model error %v", step, ev.Kind, errIx, errRef)
 			}
-			if err := ix.Verify(); err != nil {
-				t.Fatalf("step %d %v: invariants: %v", step, ev.Kind, err)
-			}
 			checkReserved(t, ix)
-			if got, want := ix.Stats(), ref.Stats(); got != want {
-				t.Fatalf("step %d %v: stats %+v, model %+v", step, ev.Kind, got, want)
-			}
-			if got, want := ix.Workers(), ref.Workers(); !slices.Equal(got, want) {
-				t.Fatalf("step %d: workers %v, model %v", step, got, want)
-			}
-			for _, q := range queries {
-				if got, want := ix.Match(q, nil), ref.Match(q, nil); !slices.Equal(got, want) {
-					t.Fatalf("step %d %v: query %v: scores %v, model %v", step, ev.Kind, q, got, want)
-				}
-			}
-			if rapid.IntRange(0, 7).Draw(t, "reload") == 0 {
-				got := reload(t, ix)
-				if err := got.Verify(); err != nil {
-					t.Fatalf("step %d: loaded: %v", step, err)
-				}
-				for _, q := range queries {
-					if a, b := got.Match(q, nil), ix.Match(q, nil); !slices.Equal(a, b) {
-						t.Fatalf("step %d: loaded, query %v: %v, original %v", step, q, a, b)
-					}
-				}
-			}
+			checkStep(t, step, &ev, ix, ref, queries)
 		}
 	})
 }
