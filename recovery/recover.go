@@ -111,7 +111,12 @@ func (s *Store) recover(ctx context.Context) error {
 		}
 		ix = engine.New()
 	}
-	ix.Reserve(s.opts.ReserveHolderBlocks, s.opts.ReserveWorkerKeys)
+	if s.opts.ReserveHolderBlocks > 0 && s.opts.ReserveWorkerKeys > 0 {
+		start := time.Now()
+		ix.Reserve(s.opts.ReserveHolderBlocks, s.opts.ReserveWorkerKeys)
+		s.logger.Info("index reserved", "holder_blocks", s.opts.ReserveHolderBlocks,
+			"worker_keys", s.opts.ReserveWorkerKeys, "duration", time.Since(start))
+	}
 	s.ix = ix
 	for _, f := range r.SnapshotsSkipped {
 		s.logger.Warn("snapshot skipped", "path", f.Path, "index", f.Index, "reason", f.Reason)
