@@ -40,10 +40,11 @@ type Index struct {
 	// Reservation (see Reserve): the reserved reverse-map size, for how many
 	// worker keys, how many present ones hold such a map, and reserved maps
 	// kept ready for worker keys to come.
-	revFloor    int
-	revKeys     int
-	revReserved int
-	revSpare    [][]revSlot
+	reservedBlocks int
+	revFloor       int
+	revKeys        int
+	revReserved    int
+	revSpare       [][]revSlot
 
 	scratch sync.Pool // *matchScratch
 	spare   *Frozen   // memory for the next Freeze (see Frozen.Release)

@@ -39,6 +39,7 @@ func (ix *Index) Reserve(holderBlocks, workerKeys int) {
 	perWorker := (holderBlocks + workerKeys - 1) / workerKeys
 	ix.revFloor = max(ix.revFloor, capFor(perWorker, reservedRevLoad))
 	ix.revKeys = max(ix.revKeys, workerKeys)
+	ix.reservedBlocks = max(ix.reservedBlocks, holderBlocks)
 	// Worker keys present that hold reserved maps keep them, grown to the
 	// new size; others take the rest of the reservation. Keys beyond it
 	// grow their maps as usual.
@@ -61,6 +62,14 @@ func (ix *Index) Reserve(holderBlocks, workerKeys int) {
 	for len(ix.revSpare)+ix.revReserved < ix.revKeys {
 		ix.revSpare = append(ix.revSpare, touched(populated(make([]revSlot, ix.revFloor)), revSlotBytes))
 	}
+}
+
+// Reserved returns what [Index.Reserve] has reserved the index for: the
+// largest holder-block count and worker key count asked (as cut), or 0 and 0.
+func (ix *Index) Reserved() (holderBlocks, workerKeys int) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	return ix.reservedBlocks, ix.revKeys
 }
 
 // MaxReservedHolderBlocks is the largest reservation [Index.Reserve] makes:

@@ -69,6 +69,10 @@ func TestReserveKeepsMemory(t *testing.T) {
 	ix := New()
 	// Twice the blocks stored: some shards get more than their share.
 	ix.Reserve(2*workers*perWorker, workers)
+	ix.Reserve(workers*perWorker, workers) // smaller: nothing changes
+	if b, k := ix.Reserved(); b != 2*workers*perWorker || k != workers {
+		t.Fatalf("Reserved() = %d, %d", b, k)
+	}
 	tables := make([]int, shardCount)
 	for si := range ix.shards {
 		tables[si] = len(ix.shards[si].table)
@@ -208,6 +212,9 @@ func TestReserveNothing(t *testing.T) {
 	for _, c := range []struct{ blocks, keys int }{{0, 0}, {0, 4}, {100, 0}, {-1, 4}, {100, -1}} {
 		ix := New()
 		ix.Reserve(c.blocks, c.keys)
+		if b, k := ix.Reserved(); b != 0 || k != 0 {
+			t.Fatalf("Reserve(%d, %d): Reserved() = %d, %d", c.blocks, c.keys, b, k)
+		}
 		if ix.revFloor != 0 || len(ix.revSpare) != 0 || len(ix.shards[0].table) != 0 || len(ix.shards[0].pages) != 0 {
 			t.Fatalf("Reserve(%d, %d) reserved memory", c.blocks, c.keys)
 		}

@@ -28,6 +28,10 @@ var (
 		"Blocks held, summed over worker keys.", nil, nil)
 	descWorkerKeys = prometheus.NewDesc("kvidx_worker_keys",
 		"Worker keys (worker id, DP rank) holding at least one block.", nil, nil)
+	descReservedBlocks = prometheus.NewDesc("kvidx_index_reserved_holder_blocks",
+		"Holder-blocks the index was sized for at start (serve --reserve-blocks); 0 when it grows as needed.", nil, nil)
+	descReservedKeys = prometheus.NewDesc("kvidx_index_reserved_worker_keys",
+		"Worker keys the index was sized for at start (serve --reserve-workers).", nil, nil)
 	descTorn = prometheus.NewDesc("kvidx_wal_torn_bytes_dropped_total",
 		"Bytes cut off a torn WAL tail when the log was opened.", nil, nil)
 	descFenced = prometheus.NewDesc("kvidx_wal_fenced",
@@ -36,7 +40,8 @@ var (
 
 func (c *indexCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descEventsApplied, descRejections, descBlocksStored, descBlocksRemoved,
-		descDuplicateStores, descNotFound, descEntries, descHolderBlocks, descWorkerKeys, descTorn, descFenced} {
+		descDuplicateStores, descNotFound, descEntries, descHolderBlocks, descWorkerKeys, descReservedBlocks,
+		descReservedKeys, descTorn, descFenced} {
 		ch <- d
 	}
 }
@@ -69,6 +74,9 @@ func (c *indexCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descEntries, float64(st.Entries))
 	gauge(descHolderBlocks, float64(st.HolderBlocks))
 	gauge(descWorkerKeys, float64(st.WorkerKeys))
+	rb, rk := box.s.Index().Reserved()
+	gauge(descReservedBlocks, float64(rb))
+	gauge(descReservedKeys, float64(rk))
 	ws := box.s.WALStats()
 	counter(descTorn, uint64(max(ws.TornBytesDropped, 0)))
 	fenced := 0.0

@@ -18,6 +18,7 @@ func TestMetricsLintAndValues(t *testing.T) {
 	e.do(t, "POST", "/v1/match", `{"local_hashes":[1,2,3]}`).want(t, 200)
 	e.do(t, "POST", "/v1/snapshot", "").want(t, 200)
 	e.srv.Metrics().ObserveRecovery(1500e6, 42)
+	e.store.Index().Reserve(6400, 2)
 
 	problems, err := testutil.GatherAndLint(e.srv.Metrics().Registry())
 	if err != nil {
@@ -41,6 +42,12 @@ kvidx_event_rejections_total{reason="too_many_workers"} 0
 # HELP kvidx_index_entries (position, local hash) entries in the index.
 # TYPE kvidx_index_entries gauge
 kvidx_index_entries 3
+# HELP kvidx_index_reserved_holder_blocks Holder-blocks the index was sized for at start (serve --reserve-blocks); 0 when it grows as needed.
+# TYPE kvidx_index_reserved_holder_blocks gauge
+kvidx_index_reserved_holder_blocks 6400
+# HELP kvidx_index_reserved_worker_keys Worker keys the index was sized for at start (serve --reserve-workers).
+# TYPE kvidx_index_reserved_worker_keys gauge
+kvidx_index_reserved_worker_keys 2
 # HELP kvidx_snapshot_last_index WAL index covered by the last published snapshot.
 # TYPE kvidx_snapshot_last_index gauge
 kvidx_snapshot_last_index 1
@@ -50,6 +57,7 @@ kvidx_recovery_replayed_entries 42
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
 		"kvidx_blocks_stored_total", "kvidx_event_rejections_total", "kvidx_index_entries",
+		"kvidx_index_reserved_holder_blocks", "kvidx_index_reserved_worker_keys",
 		"kvidx_snapshot_last_index", "kvidx_recovery_replayed_entries"); err != nil {
 		t.Fatal(err)
 	}
