@@ -51,9 +51,14 @@ func (ix *Index) prefetchStore(w *worker, ev *Event, pos, prevSeq uint64) (seqs,
 		if slot := s.table[home(fingerprint(h), len(s.table))]; slot != 0 && uint32(slot>>32) == fingerprint(h) {
 			sink += s.place(uint32(slot)).seq
 		}
-		// A new place comes off the head of the free list.
-		if s.free != 0 {
+		// A new place comes off the head of the free list, or else is the
+		// next never-used one (a growing index's: its line is written, then
+		// read back at once, so a miss there waits).
+		switch next := max(s.nextNew, 1); {
+		case s.free != 0:
 			sink += uint64(s.place(s.free).parent)
+		case int(next>>pageBits) < len(s.pages):
+			sink += uint64(s.place(next).parent)
 		}
 	}
 	ix.sink = sink
