@@ -112,6 +112,9 @@ func (s *Store) recover(ctx context.Context) error {
 		ix = engine.New()
 	}
 	if s.opts.ReserveHolderBlocks > 0 && s.opts.ReserveWorkerKeys > 0 {
+		// A large reservation maps gigabytes: say so before the wait.
+		s.logger.Info("reserving index memory", "holder_blocks", s.opts.ReserveHolderBlocks,
+			"worker_keys", s.opts.ReserveWorkerKeys)
 		start := time.Now()
 		ix.Reserve(s.opts.ReserveHolderBlocks, s.opts.ReserveWorkerKeys)
 		s.logger.Info("index reserved", "holder_blocks", s.opts.ReserveHolderBlocks,
