@@ -36,10 +36,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 func TestSnapshotEveryEvents(t *testing.T) {
-	cfg := Config{SnapshotEveryEvents: 3, SnapshotRetry: 20 * time.Millisecond, Logger: quietLogger()}
-	srv := New(cfg)
-	st := newFakeStore()
-	srv.SetStore(st)
+	srv, st := newServerOnFake(Config{SnapshotEveryEvents: 3, SnapshotRetry: 20 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go srv.snaps.loop(ctx)
@@ -98,10 +95,7 @@ func TestSourceStore(t *testing.T) {
 }
 
 func TestSnapshotInterval(t *testing.T) {
-	cfg := Config{SnapshotInterval: 30 * time.Millisecond, Logger: quietLogger()}
-	srv := New(cfg)
-	st := newFakeStore()
-	srv.SetStore(st)
+	srv, st := newServerOnFake(Config{SnapshotInterval: 30 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go srv.snaps.loop(ctx)
@@ -123,10 +117,7 @@ func TestRunShutdown(t *testing.T) {
 		t.Run(fmt.Sprint("final=", final), func(t *testing.T) {
 			cfg := DefaultConfig()
 			cfg.FinalSnapshot = final
-			cfg.Logger = quietLogger()
-			srv := New(cfg)
-			st := newFakeStore()
-			srv.SetStore(st)
+			srv, st := newServerOnFake(cfg)
 			url, stop := startRun(t, srv)
 			resp, err := http.Post(url+"/v1/events", "application/x-ndjson", bytes.NewBufferString(stored(0, 1, "null", 1)))
 			if err != nil {
@@ -353,10 +344,7 @@ func TestRunListenerFails(t *testing.T) {
 func TestSourcesStopBeforeFinalSnapshot(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.FinalSnapshot = true
-	cfg.Logger = quietLogger()
-	srv := New(cfg)
-	st := newFakeStore()
-	srv.SetStore(st)
+	srv, st := newServerOnFake(cfg)
 	_, stop := startRun(t, srv)
 	var stopped atomic.Bool
 	srv.GoSource(func(ctx context.Context) error {

@@ -15,10 +15,7 @@ func TestLoadGenFigures(t *testing.T) {
 	if os.Getenv("KVIDX_LOADGEN") == "" {
 		t.Skip("set KVIDX_LOADGEN=1 to measure")
 	}
-	cfg := DefaultConfig()
-	cfg.Logger = quietLogger()
-	srv := New(cfg)
-	srv.SetStore(newFakeStore())
+	srv, _ := newServerOnFake(DefaultConfig())
 	url, stop := startRun(t, srv)
 	rep, err := LoadGen(context.Background(), url, embeddedTrace(t), workload.DefaultConfig(), LoadOptions{Duration: 10 * time.Second})
 	if err != nil {

@@ -37,13 +37,20 @@ func newEnv(t *testing.T, cfg Config) *testEnv {
 // newEnvWith serves a fake store with serve (serveFront or serveNetHTTP).
 func newEnvWith(t *testing.T, cfg Config, serve func(testing.TB, *Server) string) *testEnv {
 	t.Helper()
+	srv, st := newServerOnFake(cfg)
+	return &testEnv{srv: srv, store: st, url: serve(t, srv)}
+}
+
+// newServerOnFake returns a server for cfg (quiet unless cfg names a logger)
+// over a new fake store.
+func newServerOnFake(cfg Config) (*Server, *fakeStore) {
 	if cfg.Logger == nil {
 		cfg.Logger = quietLogger()
 	}
 	srv := New(cfg)
 	st := newFakeStore()
 	srv.SetStore(st)
-	return &testEnv{srv: srv, store: st, url: serve(t, srv)}
+	return srv, st
 }
 
 type response struct {
