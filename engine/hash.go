@@ -22,8 +22,10 @@ func LoRASeed(name string) uint64 {
 // LocalHashes hashes token ids into one local hash per full block of blockSize
 // tokens (a trailing partial block is dropped): each token as 4 little-endian
 // bytes, xxh3 with the seed of [LoRASeed]. It appends to dst and returns it.
+// Any blockSize is valid: one of 0 or less, or longer than tokens, gives no
+// block (and allocates nothing, however large it is).
 func LocalHashes(dst []uint64, tokens []uint32, blockSize int, loraName string) []uint64 {
-	if blockSize <= 0 {
+	if blockSize <= 0 || blockSize > len(tokens) {
 		return dst
 	}
 	seed := LoRASeed(loraName)

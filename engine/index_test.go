@@ -2,6 +2,7 @@ package engine
 
 import (
 	"errors"
+	"math"
 	"slices"
 	"testing"
 )
@@ -308,6 +309,13 @@ func TestHashVectors(t *testing.T) {
 	}
 	if LocalHashes(nil, []uint32{1, 2, 3}, 4, "") != nil {
 		t.Fatal("a partial block must give no hash")
+	}
+	// A block size no buffer could hold (kvidx inspect match passes the
+	// flag as given) is a query of no block, not a panic.
+	for _, bs := range []int{0, -1, 1 << 40, math.MaxInt} {
+		if got := LocalHashes(nil, []uint32{1, 2, 3, 4}, bs, ""); got != nil {
+			t.Fatalf("block size %d: %v, want no hash", bs, got)
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -36,6 +37,19 @@ func checkBad(t *testing.T, what string, b []byte, mustFail bool, want *engine.I
 	msg := err.Error()
 	if !errors.Is(err, ErrCorrupt) || !strings.HasPrefix(msg, "snapshot "+p+": ") || strings.Contains(msg, "goroutine ") {
 		t.Fatalf("%s: error %q is not a clean corrupt-snapshot error", what, msg)
+	}
+	// A scan of every position (kvidx inspect summary, entries, diff)
+	// reads every chunk, so it must find what Load found once it can open
+	// the file (it passed a flip that still decoded: no data checksum).
+	r, err := Open(p)
+	if err != nil {
+		return
+	}
+	defer r.Close()
+	if err := r.Scan(context.Background(), 0, math.MaxUint32, nil, func(*engine.PlaceRecord) bool { return true }); err == nil {
+		t.Fatalf("%s: Load fails (%s) but a full Scan passes", what, msg)
+	} else if !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("%s: full Scan: %v, want ErrCorrupt", what, err)
 	}
 }
 

@@ -267,7 +267,10 @@ func (r *Reader) Close() error { return r.db.Close() }
 // not empty, only places held by one of them are yielded, with Holders
 // trimmed to them. A record's ID is the place's ordinal in the file and its
 // Parent the parent's ordinal (0: none). The record is reused between calls.
-// Scan checks each chunk it reads, but not the data checksum (see Verify).
+// Scan checks each chunk it reads. A scan of every position (from 0 to
+// math.MaxUint32) reads every chunk, so it also checks the data checksum,
+// once every place is yielded: a flipped byte that still decodes is then an
+// error at the end rather than a wrong answer (see Verify for the rest).
 func (r *Reader) Scan(ctx context.Context, from, to uint32, workers []engine.WorkerKey, yield func(*engine.PlaceRecord) bool) error {
 	if from > to {
 		return nil
@@ -285,7 +288,12 @@ func (r *Reader) Scan(ctx context.Context, from, to uint32, workers []engine.Wor
 			}
 		}
 	}
+	full := from == 0 && to == math.MaxUint32
 	return r.view(func(tx *bolt.Tx) error {
+		var crc uint32
+		if full {
+			crc = checksumUpdate(0, tx.Bucket(bucketWorkers).Get(workersKey))
+		}
 		c := tx.Bucket(bucketPlaces).Cursor()
 		// The first chunk at or after from, or an earlier one still reaching it.
 		start, _ := c.Seek(chunkKey(from, 0))
@@ -317,6 +325,9 @@ func (r *Reader) Scan(ctx context.Context, from, to uint32, workers []engine.Wor
 			if first, _, err := parseChunkKey(k); err == nil && first > to {
 				break
 			}
+			if full {
+				crc = checksumUpdate(checksumUpdate(crc, k), v)
+			}
 			d.hasPrev, d.nextOrd = false, 0 // chunks are checked one by one
 			out.Reset()
 			if err := d.chunk(k, v, from, to, &out); err != nil {
@@ -334,6 +345,9 @@ func (r *Reader) Scan(ctx context.Context, from, to uint32, workers []engine.Wor
 					return nil
 				}
 			}
+		}
+		if full && crc != r.meta.Checksum {
+			return corrupt(r.path, "data checksum mismatch")
 		}
 		return nil
 	})

@@ -134,7 +134,8 @@ func Inspect(dir string) (Layout, error) {
 // index from (0: the first) to index to (0: the last), reading the segment
 // files read-only (see [Inspect]). An entry that cannot be read or decoded
 // within the range, or a gap in it, ends the scan with an error wrapping
-// [ErrCorrupt] that names the segment and byte offset; a torn tail is not
+// [ErrCorrupt] that names the segment and byte offset (damage after the
+// range is only listed in Layout.Damage); a torn tail is not
 // an error (it is not part of the log: see Layout.TornBytes). A range
 // starting before the first index fails with [ErrTruncated]. An error from
 // fn ends the scan and is returned as is. The layout is returned in every
@@ -313,7 +314,16 @@ func walkOnce(dir string, from, to uint64, fn func(Entry) error) (lay Layout, va
 				lay.LastIndex = s.index + countEntries(data[:good]) - 1
 				if p := nextValid(data, good); p >= 0 {
 					lay.Segments = append(lay.Segments, info)
-					return lay, false, passed, &DamageError{Dir: dir, Segment: s.name, Offset: int64(good), Next: int64(p), Entry: lay.LastIndex + 1}
+					derr := &DamageError{Dir: dir, Segment: s.name, Offset: int64(good), Next: int64(p), Entry: lay.LastIndex + 1}
+					if fn != nil && to <= lay.LastIndex {
+						// The scan's range ends before the damage, and every
+						// entry of it was read whole: salvaging the entries
+						// before damage is what such a scan is for.
+						lay.Damage = append(lay.Damage, Damage{Segment: s.name, Offset: int64(good), Index: derr.Entry,
+							Desc: fmt.Sprintf("invalid and followed by a valid entry at offset %d (damage inside the log, not a torn tail)", p)})
+						return lay, false, passed, scanErr
+					}
+					return lay, false, passed, derr
 				}
 				lay.TornSegment, lay.TornOffset, lay.TornBytes = s.name, int64(good), int64(len(data)-good)
 				// Entries after good were counted as damage: they are the tail.

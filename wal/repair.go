@@ -297,6 +297,11 @@ func RepairTruncateAfter(dir string, index uint64, backupDir string) (err error)
 		}
 		off += n
 	}
+	if si == len(segs)-1 && off == len(data) {
+		// Entry index ends the log: a cut would change nothing, and
+		// reporting one (with a backup of the untouched tail) misleads.
+		return fmt.Errorf("wal %s: entry %d is the last, with nothing after it: nothing to cut", dir, index)
+	}
 	if err := backupSegments(dir, backupDir, segs[si:]); err != nil {
 		return err
 	}
@@ -455,7 +460,8 @@ func (e *DamageError) Unwrap() error { return ErrCorrupt }
 // damaged or not. Every segment file it changes or deletes is first copied
 // to backupDir, as [RepairTruncateAfter] does. index may lie past the
 // log's last whole entry: the log is then left empty, and its next entry
-// gets index. When the last segment's framing breaks before index, the
+// gets index; a log with no segment at all (dir empty) is made to begin at
+// index likewise. When the last segment's framing breaks before index, the
 // entries after the break cannot be located: they may be entries index
 // and later. If valid entries follow the break, it refuses unless
 // dropUnlocated; then they are dropped with the rest, and unlocated is how
@@ -513,7 +519,12 @@ func repairTruncateBefore(dir string, index uint64, backupDir string, dropUnloca
 		}
 	}
 	if len(segs) == 0 {
-		return 0, fmt.Errorf("wal %s: no segments", dir)
+		// An empty log (its segments lost, or never written) continues at
+		// index: nothing to back up or remove.
+		if index == 0 {
+			return 0, fmt.Errorf("wal %s: index 0: WAL indexes start at 1", dir)
+		}
+		return 0, startAt(dir, index, nil, nil, crashPoint)
 	}
 	if index <= segs[0].index {
 		return 0, fmt.Errorf("wal %s: index %d is not after the first entry %d: nothing to cut", dir, index, segs[0].index)
@@ -579,6 +590,12 @@ func repairTruncateBefore(dir string, index uint64, backupDir string, dropUnloca
 	if err := backupSegments(dir, backupDir, segs[:si+1]); err != nil {
 		return 0, err
 	}
+	return unlocated, startAt(dir, index, kept, segs[:si+1], crashPoint)
+}
+
+// startAt makes the log in dir begin at index with the entries in kept (a
+// segment's bytes from entry index on), replacing the segments drop.
+func startAt(dir string, index uint64, kept []byte, drop []segFile, crashPoint func(step, path string)) error {
 	final := fmt.Sprintf("%020d", index)
 	start := filepath.Join(dir, final+".START")
 	// The .START file must be whole once it has its name: tidwall/wal's
@@ -587,33 +604,33 @@ func repairTruncateBefore(dir string, index uint64, backupDir string, dropUnloca
 	// tidwall's own TruncateFront does).
 	tmp := start + ".TEMP"
 	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return 0, fmt.Errorf("wal %s: %w", dir, err)
+		return fmt.Errorf("wal %s: %w", dir, err)
 	}
 	if err := writeSync(tmp, kept); err != nil {
 		os.Remove(tmp)
-		return 0, fmt.Errorf("wal %s: segment %s: %w", dir, final+".START", err)
+		return fmt.Errorf("wal %s: segment %s: %w", dir, final+".START", err)
 	}
 	crashPoint("written", tmp)
 	if err := os.Rename(tmp, start); err != nil {
 		os.Remove(tmp)
-		return 0, fmt.Errorf("wal %s: segment %s: %w", dir, final+".START", err)
+		return fmt.Errorf("wal %s: segment %s: %w", dir, final+".START", err)
 	}
 	if err := syncDir(dir); err != nil {
-		return 0, err
+		return err
 	}
-	for _, s := range segs[:si+1] {
+	for _, s := range drop {
 		if err := os.Remove(filepath.Join(dir, s.name)); err != nil {
-			return 0, fmt.Errorf("wal %s: segment %s: %w", dir, s.name, err)
+			return fmt.Errorf("wal %s: segment %s: %w", dir, s.name, err)
 		}
 		crashPoint("removed", filepath.Join(dir, s.name))
 	}
 	if err := syncDir(dir); err != nil {
-		return 0, err
+		return err
 	}
 	if err := os.Rename(start, filepath.Join(dir, final)); err != nil {
-		return 0, fmt.Errorf("wal %s: segment %s: %w", dir, final, err)
+		return fmt.Errorf("wal %s: segment %s: %w", dir, final, err)
 	}
-	return unlocated, syncDir(dir)
+	return syncDir(dir)
 }
 
 // writeSync writes data to a new file at path and fsyncs it.

@@ -432,10 +432,37 @@ func TestRepairPastTheEnd(t *testing.T) {
 			}
 		})
 	}
-	// The last entry itself is a valid cut (nothing after it to remove).
+	// A cut after the last entry has nothing to remove: refused as such,
+	// with no backup (it reported a cut and copied the untouched tail).
 	dir, want := buildLog(t, n, 300)
-	if err := RepairTruncateAfter(dir, n, t.TempDir()); err != nil {
+	before := dirFiles(t, dir)
+	backup := filepath.Join(t.TempDir(), "bak")
+	if err := RepairTruncateAfter(dir, n, backup); err == nil || !strings.Contains(err.Error(), "nothing to cut") {
+		t.Fatalf("cut after the last entry: %v, want nothing to cut", err)
+	}
+	if !reflect.DeepEqual(dirFiles(t, dir), before) {
+		t.Error("the refused cut changed the log")
+	}
+	if _, err := os.Stat(backup); err == nil {
+		t.Error("the refused cut made a backup")
+	}
+	checkPrefix(t, dir, want, n).Close()
+	// After a torn tail, the same cut removes the torn bytes.
+	segs, err := listSegments(dir)
+	if err != nil {
 		t.Fatal(err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, segs[len(segs)-1].name), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write([]byte{0x7f, 1, 2})
+	f.Close()
+	if err := RepairTruncateAfter(dir, n, filepath.Join(t.TempDir(), "bak")); err != nil {
+		t.Fatalf("cut of a torn tail after the last entry: %v", err)
+	}
+	if !reflect.DeepEqual(dirFiles(t, dir), before) {
+		t.Error("the cut did not restore the log as it was before the torn bytes")
 	}
 	checkPrefix(t, dir, want, n).Close()
 }
@@ -592,6 +619,31 @@ func TestRepairTruncateBeforeRefuses(t *testing.T) {
 	}
 	if _, err := RepairTruncateBefore(filepath.Join(src, "nope"), 5, t.TempDir(), false); err == nil {
 		t.Error("a missing directory was accepted")
+	}
+	if _, err := RepairTruncateBefore(t.TempDir(), 0, t.TempDir(), false); err == nil || !strings.Contains(err.Error(), "start at 1") {
+		t.Errorf("an empty log cut before 0: %v", err)
+	}
+}
+
+// A log with no segment (its wal/ directory lost, the snapshots kept) is
+// made to begin at the index given: recovery advises exactly this cut when
+// a snapshot holds everything, and it failed with "no segments".
+func TestRepairTruncateBeforeEmptyLog(t *testing.T) {
+	dir := t.TempDir()
+	backup := filepath.Join(t.TempDir(), "backup")
+	if _, err := RepairTruncateBefore(dir, 2135, backup, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(backup); err == nil {
+		t.Error("a backup was made of nothing")
+	}
+	l, err := Open(dir, &Options{Sync: SyncNone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if idx, err := l.Append(context.Background(), nil, nil); err != nil || idx != 2135 {
+		t.Fatalf("first append: %d, %v; want 2135", idx, err)
 	}
 }
 

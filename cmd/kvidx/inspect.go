@@ -579,6 +579,13 @@ Token queries hash full blocks only, like Dynamo's router (see kvidx replay).`,
 				}
 				local = engine.LocalHashes(nil, toks, blockSize, lora)
 			case hashes != "":
+				// Local hashes are already hashed: a block size or LoRA name
+				// would change nothing, and ignoring one hides a mistake.
+				for _, name := range []string{"block-size", "lora-name"} {
+					if cmd.Flags().Changed(name) {
+						return fmt.Errorf("inspect match: --%s applies to --tokens, not to --local-hashes", name)
+					}
+				}
 				for i, s := range splitList(hashes) {
 					v, err := strconv.ParseUint(s, 10, 64)
 					if err != nil {

@@ -98,6 +98,11 @@ func TestInspectMatch(t *testing.T) {
 	if err != nil || !strings.HasSuffix(out, `"query_blocks":2}`+"\n") {
 		t.Fatalf("%v %q", err, out)
 	}
+	// A block size larger than any buffer is a query of no block.
+	out, _, err = runKvidx(t, "", "inspect", "match", fixSnapB, "--tokens", "1,2,3,4", "--block-size", "99999999999999")
+	if err != nil || out != `{"scores":[],"query_blocks":0}`+"\n" {
+		t.Fatalf("huge --block-size: %v %q", err, out)
+	}
 	if _, _, err := runKvidx(t, "", "inspect", "match", fixSnapB, "--tokens", "1,2"); err == nil {
 		t.Fatal("--tokens without --block-size accepted")
 	}
@@ -275,6 +280,8 @@ func TestInspectMatchListElements(t *testing.T) {
 		{[]string{"--local-hashes", "105,x"}, `--local-hashes: element 2, "x", is not`},
 		{[]string{"--tokens", "1,,2", "--block-size", "1"}, `--tokens: element 2, "", is not a token id`},
 		{[]string{"--tokens", ",", "--block-size", "1"}, `--tokens: element 1, "", is not a token id`},
+		{[]string{"--local-hashes", "105", "--lora-name", "x"}, `--lora-name applies to --tokens, not to --local-hashes`},
+		{[]string{"--local-hashes", "105", "--block-size", "2"}, `--block-size applies to --tokens, not to --local-hashes`},
 		{[]string{"--local-hashes", " 105 , 106"}, ""},
 		{[]string{"--tokens", "1, 2", "--block-size", "1"}, ""},
 	} {

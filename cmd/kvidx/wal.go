@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -72,6 +73,8 @@ directory must not be open in a running kvidx (the command takes its lock).`,
 				return errors.New("wal repair: give --truncate-after or --truncate-before, not both")
 			case !setAfter && !setBefore:
 				return errors.New("wal repair: --truncate-after INDEX or --truncate-before INDEX is required")
+			case setAfter && cmd.Flags().Changed("drop-unlocated"):
+				return errors.New("wal repair: --drop-unlocated applies to --truncate-before, not to --truncate-after")
 			}
 			if !yes {
 				what := fmt.Sprintf("every entry after %d", after)
@@ -81,7 +84,11 @@ directory must not be open in a running kvidx (the command takes its lock).`,
 				return fmt.Errorf("wal repair: this removes %s from %s; run again with --yes to do it", what, args[0])
 			}
 			dir, err := walDirOf(args[0])
-			if err != nil {
+			// A lost wal/ is repaired by --truncate-before when a snapshot
+			// holds everything before INDEX (checked below): recovery
+			// advises just that.
+			lostWAL := setBefore && errors.Is(err, errNoWALDir)
+			if err != nil && !lostWAL {
 				return fmt.Errorf("wal repair: %w", err)
 			}
 			if backup == "" {
@@ -109,6 +116,13 @@ directory must not be open in a running kvidx (the command takes its lock).`,
 			snap, err := coveringSnapshot(cmd.Context(), args[0], before)
 			if err != nil {
 				return fmt.Errorf("wal repair: %w", err)
+			}
+			if lostWAL {
+				// The snapshot makes DATA_DIR a kvidx data directory: a new,
+				// empty log continues after it.
+				if err := os.Mkdir(dir, 0o750); err != nil {
+					return fmt.Errorf("wal repair: %w", err)
+				}
 			}
 			unlocated, err := wal.RepairTruncateBefore(dir, before, backup, drop)
 			if errors.Is(err, wal.ErrUnlocated) {

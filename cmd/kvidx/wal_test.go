@@ -45,6 +45,8 @@ func TestWALRepair(t *testing.T) {
 		{"no yes, before", []string{"wal", "repair", data, "--truncate-before", "3"}, "every entry before 3"},
 		{"before 0", []string{"wal", "repair", data, "--truncate-before", "0", "--yes"}, "WAL indexes start at 1"},
 		{"no snapshot", []string{"wal", "repair", data, "--truncate-before", "3", "--yes"}, "no snapshot"},
+		{"drop-unlocated with after", []string{"wal", "repair", data, "--truncate-after", "3", "--drop-unlocated", "--yes"}, "--drop-unlocated applies to --truncate-before"},
+		{"after the last entry", []string{"wal", "repair", data, "--truncate-after", "5", "--yes"}, "entry 5 is the last, with nothing after it: nothing to cut"},
 		{"no dir", []string{"wal", "repair"}, "accepts 1 arg"},
 	}
 	for _, tt := range tests {
@@ -106,6 +108,16 @@ func TestWALRepairAfterMiddleDamage(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(seg); !bytes.Equal(got, damaged) {
 		t.Fatal("the refused open changed the segment")
+	}
+	// Before cutting, the entries before the damage can be dumped (it
+	// failed: damage anywhere in the last segment ended every dump), with
+	// a note of the damage; a dump reaching entry 5 fails.
+	out, stderr, err := runKvidx(t, "", "wal", "dump", data, "--to", "4")
+	if err != nil || strings.Count(out, "\n") != 4 || !strings.Contains(stderr, "damaged after --to 4") || !strings.Contains(stderr, "entry 5") {
+		t.Fatalf("dump --to 4 of a log damaged at entry 5: %v\nstdout %q\nstderr %q", err, out, stderr)
+	}
+	if _, _, err := runKvidx(t, "", "wal", "dump", data, "--to", "5"); err == nil || !strings.Contains(err.Error(), "entry 5 is invalid") {
+		t.Fatalf("dump --to 5 through the damage: %v", err)
 	}
 	backup := filepath.Join(t.TempDir(), "backup")
 	if _, _, err := runKvidx(t, "", "wal", "repair", data, "--truncate-after", "4", "--yes", "--backup", backup); err != nil {
@@ -187,6 +199,45 @@ func TestWALRepairBeforeCoveredDamage(t *testing.T) {
 	if r := s.Report(); r.SnapshotUsed.Index != 3 || r.ReplayedEntries != 0 {
 		t.Fatalf("report after the repair: %+v", r)
 	}
+	want := engine.New()
+	for i := range evs {
+		want.Apply(&evs[i])
+	}
+	if got := s.Index().Stats(); got != want.Stats() {
+		t.Fatalf("index after the repair: %+v, want %+v", got, want.Stats())
+	}
+	if idx, _, err := s.Append(ctx, nil, nil); err != nil || idx != 4 {
+		t.Fatalf("append after the repair: %d, %v; want 4", idx, err)
+	}
+}
+
+// A data directory whose wal/ was lost, with a snapshot holding every
+// entry: recovery refuses and names --truncate-before, and that repair
+// (which failed: "no wal/ directory") gives a log that continues after the
+// snapshot.
+func TestWALRepairBeforeLostWAL(t *testing.T) {
+	data, opts, evs := repairDataDir(t, 3, 1, 3)
+	ctx := context.Background()
+	if err := os.RemoveAll(filepath.Join(data, "wal")); err != nil {
+		t.Fatal(err)
+	}
+	out, _, _ := runKvidx(t, "", "recover", "--data-dir", data, "--dry-run")
+	if !strings.Contains(out, "--truncate-before 4 --yes") {
+		t.Fatalf("recover --dry-run does not name --truncate-before 4:\n%s", out)
+	}
+	// --truncate-after has nothing to cut in a lost log.
+	if _, _, err := runKvidx(t, "", "wal", "repair", data, "--truncate-after", "3", "--yes"); err == nil || !strings.Contains(err.Error(), "no wal/ directory") {
+		t.Fatalf("--truncate-after on a lost log: %v", err)
+	}
+	backup := filepath.Join(t.TempDir(), "backup")
+	if stdout, _, err := runKvidx(t, "", "wal", "repair", data, "--truncate-before", "4", "--yes", "--backup", backup); err != nil || !strings.Contains(stdout, "before entry 4") {
+		t.Fatalf("repair: %v, %q", err, stdout)
+	}
+	s, err := recovery.Open(ctx, data, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
 	want := engine.New()
 	for i := range evs {
 		want.Apply(&evs[i])

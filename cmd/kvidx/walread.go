@@ -61,7 +61,7 @@ file and byte offset.`,
 			}
 			prog := newBar(cmd.ErrOrStderr(), total, "dumping WAL", false)
 			var buf []byte
-			_, err = wal.Scan(dir, from, to, func(e wal.Entry) error {
+			scanned, err := wal.Scan(dir, from, to, func(e wal.Entry) error {
 				for i := range e.Events {
 					buf = eventjson.AppendEventWithIndex(buf[:0], e.Index, &e.Events[i])
 					if _, err := out.Write(append(buf, '\n')); err != nil {
@@ -77,6 +77,13 @@ file and byte offset.`,
 			}
 			if err != nil {
 				return fmt.Errorf("wal dump: %w", err)
+			}
+			// Damage past the range does not fail a dump (it salvages what
+			// lies before it), but the operator must not miss it.
+			for _, d := range scanned.Damage {
+				if to != 0 && d.Index > to {
+					fmt.Fprintf(cmd.ErrOrStderr(), "kvidx wal dump: note: the log is damaged after --to %d: %s\n", to, d)
+				}
 			}
 			return nil
 		},
@@ -104,6 +111,10 @@ func dumpRangeNote(from, to, first, last uint64) string {
 	return ""
 }
 
+// errNoWALDir is walDirOf's error for a directory without wal/ (it then
+// returns the path wal/ would have).
+var errNoWALDir = errors.New("no WAL directory")
+
 // walDirOf returns DATA_DIR/wal, after checking that dataDir is a
 // directory holding a wal/ directory. The read-only walk calls a missing
 // log directory an empty log (a new data directory has none yet), so
@@ -123,7 +134,7 @@ func walDirOf(dataDir string) (string, error) {
 	dir := filepath.Join(dataDir, recovery.WALDirName)
 	fi, err = os.Stat(dir)
 	if errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("data dir %s has no %s/ directory (not a kvidx data directory? give DATA_DIR, not DATA_DIR/%s)", dataDir, recovery.WALDirName, recovery.WALDirName)
+		return dir, fmt.Errorf("data dir %s has no %s/ directory (not a kvidx data directory? give DATA_DIR, not DATA_DIR/%s): %w", dataDir, recovery.WALDirName, recovery.WALDirName, errNoWALDir)
 	}
 	if err != nil {
 		return "", fmt.Errorf("data dir %s: %w", dataDir, err)
