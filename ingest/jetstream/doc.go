@@ -16,6 +16,12 @@
 // continues from the stream's first message. The same holds for messages
 // removed while the source runs behind them: the consumer jumps over them,
 // and the source reports the gap, applying nothing after it, unless allowed.
+// A replica whose subject filter is narrower than the stream's subjects
+// (other sources' events share the stream) only counts as a gap what may
+// have held its own messages: when it is idle and a fetch confirms that
+// every message of its subject up to the stream's last sequence was
+// delivered, it records that sequence as its position (a WAL entry without
+// events), so that other subjects' messages trimmed after it are no gap.
 //
 // A stream deleted and recreated numbers its messages from 1 again; the
 // source tells it by the stream's creation time, recorded with the position

@@ -273,6 +273,16 @@ func (s *Source) session(ctx context.Context) error {
 	// stream.
 	covers := coversStream(s.cfg.Subject, info.Config.Subjects)
 	prev := next - 1 // the stream sequence of the last message delivered
+	// With a narrower filter the position moves only with this replica's
+	// own messages, while other subjects' messages after it may be trimmed
+	// from the stream's front: taken for a gap, that stopped a replica
+	// that had lost nothing. So the position also moves, durably and with
+	// no events, to a stream sequence up to which nothing of the subject is
+	// left to apply: the stream's last sequence at a look taken after a
+	// fetch (probed), once the next fetch comes back empty, confirming that
+	// every message of the subject the stream held then was delivered
+	// (seen).
+	var probed, seen uint64
 	var lastCheck time.Time
 	for ctx.Err() == nil {
 		batch, err := cons.Fetch(s.cfg.BatchMax, js.FetchMaxWait(200*time.Millisecond))
@@ -292,6 +302,7 @@ func (s *Source) session(ctx context.Context) error {
 			return fmt.Errorf("fetching from %s: %w", s.cfg.Stream, err)
 		}
 		if len(msgs) == 0 {
+			seen, probed = max(seen, probed), 0
 			// Idle: the ordered consumer recreates itself at the next
 			// sequence after each fetch, even in a stream deleted and
 			// recreated meanwhile; check, at most once a second, that the
@@ -303,8 +314,18 @@ func (s *Source) session(ctx context.Context) error {
 					return fmt.Errorf("stream %s: %w", s.cfg.Stream, err)
 				}
 				applied, _ := s.recorded()
-				if gap, _ := checkStart(s.cfg.Stream, now, applied, info.Created); gap != "" {
+				if gap, _ := checkStart(s.cfg.Stream, now, max(applied, seen), info.Created); gap != "" {
 					return fmt.Errorf("stream %s changed under the consumer: %s", s.cfg.Stream, gap)
+				}
+				if seen > prev {
+					if _, _, err := s.store.Append(ctx, nil, s.positions(seen, info)); err != nil {
+						return fmt.Errorf("recording messages up to %d as seen: %w", seen, err)
+					}
+					prev = seen
+					s.update(func(st *Status) { st.Applied = seen })
+				}
+				if !covers && now.Created.Equal(info.Created) {
+					probed = now.State.LastSeq
 				}
 			}
 			continue
@@ -325,6 +346,12 @@ func (s *Source) session(ctx context.Context) error {
 			gap, _ := checkStart(s.cfg.Stream, now, applied, info.Created)
 			return fmt.Errorf("stream %s changed under the consumer: %s", s.cfg.Stream, gap)
 		}
+		// This look at the stream came after the batch: if the next fetch
+		// is empty, nothing of the subject up to its last sequence is left.
+		probed = 0
+		if !covers {
+			probed = now.State.LastSeq
+		}
 		var (
 			events  []engine.Event
 			lastSeq uint64
@@ -336,8 +363,8 @@ func (s *Source) session(ctx context.Context) error {
 				gap := ""
 				if covers {
 					gap = fmt.Sprintf("stream %s messages %d..%d are gone (removed before this replica applied them)", s.cfg.Stream, prev+1, m.seq-1)
-				} else if first := now.State.FirstSeq; first > prev+1 {
-					gap = fmt.Sprintf("stream %s messages %d..%d are gone (the stream now starts at %d)", s.cfg.Stream, prev+1, min(first, m.seq)-1, first)
+				} else if first, from := now.State.FirstSeq, max(prev, seen)+1; first > from {
+					gap = fmt.Sprintf("stream %s messages %d..%d are gone (the stream now starts at %d)", s.cfg.Stream, from, min(first, m.seq)-1, first)
 				}
 				if gap != "" {
 					if !s.cfg.AllowGap {
