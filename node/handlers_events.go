@@ -101,8 +101,11 @@ func (s *Server) appendEvents(st Store, events []engine.Event) (index uint64, re
 	case errors.Is(err, wal.ErrOverloaded):
 		return fail(retryReply("overloaded, retry later: " + err.Error()))
 	case errors.Is(err, wal.ErrFenced):
+		// The batch that met the write or fsync error may be in the log
+		// or not (after a failed fsync the file's state is unknown): it is
+		// not acknowledged, but "refused" would promise it is gone.
 		s.SetFenced(err)
-		return fail(errorReply(http.StatusServiceUnavailable, "ingest refused: the WAL is fenced until restart: "+err.Error()))
+		return fail(errorReply(http.StatusServiceUnavailable, "not acknowledged: the WAL failed with this batch in flight, which a restart may or may not find in the log; ingest is refused until restart: "+err.Error()))
 	default:
 		s.log.Error("append failed", "events", len(events), "err", err)
 		return fail(errorReply(http.StatusInternalServerError, "append failed: "+err.Error()))
