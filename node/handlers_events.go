@@ -86,7 +86,9 @@ func (s *Server) writableStore() (Store, *reply) {
 // shutting down (fasthttp ends a request's context then).
 func (s *Server) appendEvents(st Store, events []engine.Event) (index uint64, results []error, _ *reply) {
 	fail := func(r reply) (uint64, []error, *reply) { return 0, nil, &r }
+	s.appending.Add(1)
 	index, results, err := st.Append(context.Background(), events, nil)
+	s.appending.Add(-1)
 	switch {
 	case err == nil:
 		if results != nil && len(results) != len(events) {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -375,4 +376,52 @@ func TestSourcesStopBeforeFinalSnapshot(t *testing.T) {
 		t.Error("a source started after the shutdown ran")
 		return nil
 	})
+}
+
+// gatedStore is a fakeStore whose appends wait until gate is closed.
+type gatedStore struct {
+	*fakeStore
+	gate chan struct{}
+}
+
+func (g *gatedStore) Append(ctx context.Context, events []engine.Event, ps []wal.Position) (uint64, []error, error) {
+	<-g.gate
+	return g.fakeStore.Append(ctx, events, ps)
+}
+
+// A shutdown whose drain times out only on a request that never arrived
+// whole (a stalled client) is clean: nothing of it can have been
+// acknowledged (it made kvidx serve exit non-zero after the full drain
+// timeout). One that times out with a batch still in the store's Append is
+// a failure. Found by review.
+func TestShutdownDrainTimeout(t *testing.T) {
+	for _, stalled := range []bool{true, false} {
+		t.Run(fmt.Sprintf("stalled client %v", stalled), func(t *testing.T) {
+			srv := New(Config{Logger: quietLogger(), ShutdownTimeout: 300 * time.Millisecond})
+			st := &gatedStore{fakeStore: newFakeStore(), gate: make(chan struct{})}
+			defer close(st.gate)
+			srv.SetStore(st)
+			url, stop := startRun(t, srv)
+			conn, err := net.Dial("tcp", url[len("http://"):])
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			body := stored(0, 1, "null", 1)
+			if stalled {
+				fmt.Fprintf(conn, "POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", len(body)+100, body)
+				time.Sleep(100 * time.Millisecond)
+			} else {
+				fmt.Fprintf(conn, "POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+				waitFor(t, "the batch to reach the store", func() bool { return srv.appending.Load() == 1 })
+			}
+			err = stop()
+			switch {
+			case stalled && err != nil:
+				t.Fatalf("shutdown with a stalled client: %v, want a clean one", err)
+			case !stalled && (err == nil || !strings.Contains(err.Error(), "1 event batches still in the WAL")):
+				t.Fatalf("shutdown with a batch in the store: %v, want a drain failure naming it", err)
+			}
+		})
+	}
 }

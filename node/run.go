@@ -15,7 +15,9 @@ import (
 // waits for them, stops the snapshot loop and, if FinalSnapshot is set and
 // the index changed since the last snapshot, takes a final one. The caller
 // closes the store afterwards. Run returns nil after a clean shutdown, else
-// what failed (serving, draining or the final snapshot).
+// what failed (serving, draining with event batches still in the store's
+// Append, or the final snapshot). A drain that times out only on requests
+// not yet received whole (a stalled client) is logged, not a failure.
 func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	fs := s.fastServer()
 	loopCtx, stopLoop := context.WithCancel(ctx)
@@ -52,8 +54,14 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 		// From here on nothing new is served, even on connections a timed
 		// out drain left open.
 		s.draining.Store(true)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("draining requests on %s: %w", ln.Addr(), err))
+		switch n := s.appending.Load(); {
+		case err != nil && n > 0:
+			errs = append(errs, fmt.Errorf("draining requests on %s: %d event batches still in the WAL: %w", ln.Addr(), n, err))
+		case err != nil:
+			// Only requests whose bodies had not arrived whole were left
+			// (a slow or stalled client): none can have been acknowledged,
+			// so the shutdown is still clean.
+			s.log.Warn("shutting down: the drain timed out on requests not received whole; they are dropped unanswered", "timeout", s.cfg.ShutdownTimeout)
 		}
 		// Shutdown does not see a listener Serve has not registered yet
 		// (a cancellation right after start): closing it ends Serve anyway.

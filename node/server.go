@@ -65,6 +65,9 @@ type Server struct {
 	// draining is set when Run stops serving: requests still arriving on
 	// kept-alive connections get a 503 and the connection is closed.
 	draining atomic.Bool
+	// appending counts batches in the store's Append: what a shutdown's
+	// drain must wait for, since their clients may be acknowledged.
+	appending atomic.Int64
 }
 
 // maxPooledBuffer keeps huge request buffers out of the pool.

@@ -64,7 +64,10 @@ the HTTP API on --listen:
 An event request is acknowledged once it is durable under --sync and applied.
 Snapshots are taken every --snapshot-every-events events and every
 --snapshot-interval (when something changed), and at shutdown (SIGTERM or
-SIGINT) unless --final-snapshot=false.
+SIGINT) unless --final-snapshot=false. A shutdown waits up to 30 s for
+requests in flight; requests whose bodies have not arrived by then are
+dropped unanswered (nothing of them was acknowledged), and the exit status is
+0 unless an event batch was still in the WAL or the final snapshot failed.
 
 With --zmq (repeatable), the node subscribes to vLLM engines' ZMQ KV-event
 publishers, hashing each block's tokens itself; it applies each engine's
