@@ -85,6 +85,12 @@ func nextEntry(b []byte) (payload []byte, n int, ok bool) {
 // entries after a framing break whose indexes cannot be located.
 var ErrUnlocated = errors.New("entries after a framing break cannot be located")
 
+// ErrNothingToCut is returned by RepairTruncateAfter and
+// RepairTruncateBefore when the log already ends (or begins) where the cut
+// would put it, or the index lies past the part it would cut: nothing is
+// changed, and no backup is made.
+var ErrNothingToCut = errors.New("nothing to cut")
+
 // nextValid returns the offset of the first complete valid entry starting
 // after b[off], or -1.
 func nextValid(b []byte, off int) int {
@@ -271,7 +277,7 @@ func RepairTruncateAfter(dir string, index uint64, backupDir string) (err error)
 		return fmt.Errorf("wal %s: segment %s: %w", dir, tail.name, err)
 	}
 	if last := tail.index + countEntries(tailData) - 1; index > last {
-		return fmt.Errorf("wal %s: index %d is past the last entry %d: nothing to cut", dir, index, last)
+		return fmt.Errorf("wal %s: index %d is past the last entry %d: %w", dir, index, last, ErrNothingToCut)
 	}
 	// Find the segment holding entry index+1, the first one to drop.
 	cut := index + 1
@@ -300,7 +306,7 @@ func RepairTruncateAfter(dir string, index uint64, backupDir string) (err error)
 	if si == len(segs)-1 && off == len(data) {
 		// Entry index ends the log: a cut would change nothing, and
 		// reporting one (with a backup of the untouched tail) misleads.
-		return fmt.Errorf("wal %s: entry %d is the last, with nothing after it: nothing to cut", dir, index)
+		return fmt.Errorf("wal %s: entry %d is the last, with nothing after it: %w", dir, index, ErrNothingToCut)
 	}
 	if err := backupSegments(dir, backupDir, segs[si:]); err != nil {
 		return err
@@ -527,7 +533,7 @@ func repairTruncateBefore(dir string, index uint64, backupDir string, dropUnloca
 		return 0, startAt(dir, index, nil, nil, crashPoint)
 	}
 	if index <= segs[0].index {
-		return 0, fmt.Errorf("wal %s: index %d is not after the first entry %d: nothing to cut", dir, index, segs[0].index)
+		return 0, fmt.Errorf("wal %s: index %d is not after the first entry %d: %w", dir, index, segs[0].index, ErrNothingToCut)
 	}
 	// The segment holding entry index (the last one starting at or before
 	// it), and the offset of that entry in it; past the log's end, nothing

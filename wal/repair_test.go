@@ -437,7 +437,7 @@ func TestRepairPastTheEnd(t *testing.T) {
 	dir, want := buildLog(t, n, 300)
 	before := dirFiles(t, dir)
 	backup := filepath.Join(t.TempDir(), "bak")
-	if err := RepairTruncateAfter(dir, n, backup); err == nil || !strings.Contains(err.Error(), "nothing to cut") {
+	if err := RepairTruncateAfter(dir, n, backup); !errors.Is(err, ErrNothingToCut) || !strings.Contains(err.Error(), "entry 30 is the last") {
 		t.Fatalf("cut after the last entry: %v, want nothing to cut", err)
 	}
 	if !reflect.DeepEqual(dirFiles(t, dir), before) {
@@ -613,7 +613,7 @@ func TestRepairTruncateBefore(t *testing.T) {
 func TestRepairTruncateBeforeRefuses(t *testing.T) {
 	src, _ := buildLog(t, 10, 300)
 	for _, before := range []uint64{0, 1} {
-		if _, err := RepairTruncateBefore(src, before, filepath.Join(t.TempDir(), "b"), false); err == nil || !strings.Contains(err.Error(), "nothing to cut") {
+		if _, err := RepairTruncateBefore(src, before, filepath.Join(t.TempDir(), "b"), false); !errors.Is(err, ErrNothingToCut) {
 			t.Errorf("before %d: %v, want nothing to cut", before, err)
 		}
 	}
