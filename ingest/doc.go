@@ -25,8 +25,9 @@
 //
 //   - at or below the last applied sequence: duplicates, dropped;
 //   - sequence 0 after higher ones: the engine restarted; the worker is
-//     cleared (a Cleared event per DP rank seen, or WorkerRemoved when none
-//     is known) in the same Append as the batch. The ranks seen are
+//     cleared (a Cleared event per DP rank the source has seen; other
+//     sources may feed the worker id's other ranks) in the same Append as
+//     the batch. The ranks seen are
 //     recorded too, as positions "zmq:<endpoint>#dp<rank>" in the entry of
 //     the first batch of each, so that a clear after a restart of kvidx
 //     still forgets the ranks seen before it;
@@ -35,11 +36,18 @@
 //     or a replay that starts past the requested sequence because the
 //     engine's buffer moved on) the worker is cleared before the batch:
 //     its missed events are gone;
-//   - undecodable: counted, the worker cleared, the position moved past it.
+//   - undecodable: counted, the worker cleared, the position moved past it
+//     when it is the batch expected next (a sequence that jumps may be as
+//     garbled as the payload, and is not recorded);
+//   - BlockStored token ids are hashed as any token list: full blocks
+//     only, a trailing partial block dropped.
 //
 // A lost sequence 0 after an engine restart (the first batches published
 // before the SUB reconnected) cannot be told from duplicates: the source
-// drops batches until the engine's sequence passes the recorded one.
+// drops batches until the engine's sequence passes the recorded one, then
+// applies the new engine's batches on top of the old engine's blocks,
+// which stay until a later restart, gap or undecodable batch clears the
+// worker (vLLM's events carry no engine identity to tell them apart).
 //
 // # Bad input and connections
 //

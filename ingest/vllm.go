@@ -604,8 +604,10 @@ func (v *VLLMDecoder) build() (engine.Event, bool, error) {
 		if r.blockSize <= 0 {
 			return ev, false, decodeErr("BlockStored: block_size %d", r.blockSize)
 		}
-		if want := int64(n) * r.blockSize; int64(len(r.tokens)) != want {
-			return ev, false, decodeErr("BlockStored: %d token_ids for %d blocks of %d", len(r.tokens), n, r.blockSize)
+		// Full blocks only, as kvidx hashes any token list: a trailing
+		// partial block is dropped, and what is left must be the blocks.
+		if full := int64(len(r.tokens)) / r.blockSize; full != int64(n) {
+			return ev, false, decodeErr("BlockStored: %d token_ids are %d full blocks of %d, for %d block hashes", len(r.tokens), full, r.blockSize, n)
 		}
 		local := engine.LocalHashes(make([]uint64, 0, n), r.tokens, int(r.blockSize), r.loraName)
 		ev.Blocks = make([]engine.Block, n)

@@ -629,6 +629,7 @@ func (s *ZMQSource) subLoop(ctx context.Context, out chan<- queued, budget *sema
 			if err != nil {
 				break
 			}
+			s.received(msg.Frames)
 			m := queued{frames: msg.Frames, bytes: s.queuedBytes(msg.Frames)}
 			if err = budget.Acquire(ctx, m.bytes); err != nil {
 				break
@@ -647,6 +648,23 @@ func (s *ZMQSource) subLoop(ctx context.Context, out chan<- queued, budget *sema
 		s.fail(ReasonDisconnect, err)
 		sleepCtx(ctx, backoff)
 	}
+}
+
+// received counts a live message's sequence number into HighestSeq as it
+// arrives, so that Lag includes the batches waiting in the queue (counted
+// when they were taken off it, Lag showed 1 with 49 batches waiting). A
+// sequence 0 starts the count again: the engine restarted.
+func (s *ZMQSource) received(frames [][]byte) {
+	if len(frames) != 3 || len(frames[1]) != 8 {
+		return
+	}
+	seq := binary.BigEndian.Uint64(frames[1])
+	s.mu.Lock()
+	if seq == 0 {
+		s.stats.HighestSeq = 0
+	}
+	s.stats.HighestSeq = max(s.stats.HighestSeq, seq)
+	s.mu.Unlock()
 }
 
 // queued is a received message waiting, with what it takes of the byte
@@ -704,7 +722,6 @@ func (s *ZMQSource) deliver(ctx context.Context, seq uint64, payload []byte, rep
 		clear = true
 		s.mu.Lock()
 		s.stats.Resets++
-		s.stats.HighestSeq = 0
 		s.mu.Unlock()
 		s.log.Info("zmq publisher restarted (sequence reset): clearing the worker", "last_seq", s.last)
 	} else if next := s.next(); seq > next {
@@ -728,8 +745,16 @@ func (s *ZMQSource) deliver(ctx context.Context, seq uint64, payload []byte, rep
 
 	b, err := s.dec.Decode(payload, s.spec.WorkerID)
 	if err != nil {
-		// The batch's effect is unknown: forget the worker, move past it.
+		// The batch's effect is unknown: forget the worker. Its position
+		// moves past it only when it is the batch expected next: a
+		// sequence number that jumps may be as garbled as the payload, and
+		// recorded it would drop every real batch below it as a duplicate
+		// (a garbage message with sequence 2^62 stopped the source for
+		// good). A real gap shows again at the next batch.
 		s.fail(ReasonDecode, fmt.Errorf("batch %d: %w (clearing the worker)", seq, err))
+		if at := s.next(); seq != at && s.have {
+			return s.append(ctx, s.clearEvents(nil), s.last, true)
+		}
 		return s.append(ctx, s.clearEvents(nil), seq, true)
 	}
 	if _, known := s.ranks[b.DPRank]; !known && len(s.ranks) >= maxDPRanks {
@@ -759,9 +784,12 @@ func (s *ZMQSource) deliver(ctx context.Context, seq uint64, payload []byte, rep
 	return s.append(ctx, events, seq, clear, rankPos...)
 }
 
-// clearEvents returns the events that forget this source's worker: a
-// Cleared event for every DP rank seen (plus rank, if given), or, when no
-// rank is known, a WorkerRemoved event for the worker id.
+// clearEvents returns the events that forget what this source applied: a
+// Cleared event for every DP rank seen (plus rank, if given). With no rank
+// known it returns none: every batch that applied events recorded its rank,
+// so the source holds nothing, and the worker id's other ranks may be fed by
+// other sources (one endpoint per DP rank is vLLM's usual layout), which a
+// WorkerRemoved would wipe.
 func (s *ZMQSource) clearEvents(rank *uint32) []engine.Event {
 	ranks := make([]uint32, 0, len(s.ranks)+1)
 	for r := range s.ranks {
@@ -773,7 +801,7 @@ func (s *ZMQSource) clearEvents(rank *uint32) []engine.Event {
 		}
 	}
 	if len(ranks) == 0 {
-		return []engine.Event{{Worker: engine.WorkerKey{WorkerID: s.spec.WorkerID}, Kind: engine.KindWorkerRemoved}}
+		return nil
 	}
 	slices.Sort(ranks)
 	evs := make([]engine.Event, len(ranks))

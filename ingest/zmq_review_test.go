@@ -1,0 +1,112 @@
+package ingest
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/kvidx/kvidx/engine"
+	"github.com/kvidx/kvidx/wal"
+)
+
+// Regression tests for what a review of the ZMQ source found.
+
+func liveMsg(seq uint64, payload []byte) [][]byte { return [][]byte{[]byte("kv"), be64(seq), payload} }
+
+// Two DP ranks of one vLLM instance on two endpoints share the worker id
+// (vLLM's usual layout). An undecodable first batch on one source must not
+// clear the ranks the other feeds: with no rank of its own seen, the
+// source held nothing (it sent WorkerRemoved, every rank of the id).
+func TestZMQDecodeErrorKeepsOtherSourcesRanks(t *testing.T) {
+	ctx := t.Context()
+	st := &indexStore{ix: engine.New()}
+	a := NewZMQSource(ZMQSpec{Endpoint: "tcp://127.0.0.1:1", WorkerID: 7}, st, testOptions())
+	b := NewZMQSource(ZMQSpec{Endpoint: "tcp://127.0.0.1:2", WorkerID: 7}, st, testOptions())
+	if err := a.handle(ctx, liveMsg(0, storedOnRank(0, 100, 10))); err != nil {
+		t.Fatal(err)
+	}
+	q := local(tokens(2, 10), 2, "")
+	if got := st.ix.Match(q, nil); len(got) != 1 {
+		t.Fatalf("before: %v", got)
+	}
+	if err := b.handle(ctx, liveMsg(0, []byte{0x93, 0xc1})); err != nil {
+		t.Fatal(err)
+	}
+	if got := st.ix.Match(q, nil); len(got) != 1 {
+		t.Fatalf("source a's rank 0 block lost after an undecodable batch on source b: %v", got)
+	}
+	if b.Stats().Errors[ReasonDecode] != 1 {
+		t.Fatalf("the undecodable batch was not counted: %+v", b.Stats())
+	}
+}
+
+// A garbage message whose sequence number jumps (here to 2^62) must not
+// become the position: real batches below it were dropped as duplicates,
+// for good (the position is in the WAL).
+func TestZMQGarbageSequenceIsNotRecorded(t *testing.T) {
+	ctx := t.Context()
+	st := &fakeStore{}
+	s := NewZMQSource(ZMQSpec{Endpoint: "tcp://x:1", WorkerID: 7}, st, testOptions())
+	for q := range uint64(3) {
+		if err := s.handle(ctx, liveMsg(q, batchPayload(q))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.handle(ctx, liveMsg(1<<62, []byte("garbage"))); err != nil {
+		t.Fatal(err)
+	}
+	for q := uint64(3); q < 6; q++ {
+		if err := s.handle(ctx, liveMsg(q, batchPayload(q))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The garbage batch is recorded at the last good position (with its
+	// clear), and batches 3..5 are applied after it.
+	if got, want := st.seqs(), []uint64{0, 1, 2, 2, 3, 4, 5}; !slices.Equal(got, want) {
+		t.Fatalf("appended positions %v, want %v", got, want)
+	}
+	if s.Stats().Duplicates != 0 {
+		t.Fatalf("real batches dropped as duplicates: %+v", s.Stats())
+	}
+}
+
+// stalledStore holds appends of sequence 1 on until gate is closed.
+type stalledStore struct {
+	fakeStore
+	gate chan struct{}
+}
+
+func (s *stalledStore) Append(ctx context.Context, ev []engine.Event, p []wal.Position) (uint64, []error, error) {
+	if p[0].Seq >= 1 {
+		select {
+		case <-s.gate:
+		case <-ctx.Done():
+			return 0, nil, ctx.Err()
+		}
+	}
+	return s.fakeStore.Append(ctx, ev, p)
+}
+
+// Lag counts the batches received and waiting in the queue, not only the
+// one being applied (it showed 1 with 49 batches waiting).
+func TestZMQLagCountsQueuedBatches(t *testing.T) {
+	ctx := t.Context()
+	e := newFakeEngine(t, ctx)
+	st := &stalledStore{gate: make(chan struct{})}
+	src := NewZMQSource(ZMQSpec{Endpoint: e.pubEP, WorkerID: 7}, st, testOptions())
+	runSource(t, ctx, src)
+	waitFor(t, "connected", func() bool { return src.Stats().Connected })
+	publishUntilApplied(t, e, &st.fakeStore, 0)
+	for seq := uint64(1); seq <= 50; seq++ {
+		e.publish(seq, true)
+	}
+	waitFor(t, "the 50 batches to arrive", func() bool { return src.Stats().HighestSeq == 50 })
+	if s := src.Stats(); s.LastSeq != 0 || s.Lag != 50 {
+		t.Fatalf("stats %+v: want LastSeq 0 and Lag 50 while the store holds batch 1", s)
+	}
+	close(st.gate)
+	waitFor(t, "batch 50 applied", func() bool { return src.Stats().LastSeq == 50 })
+	if s := src.Stats(); s.Lag != 0 {
+		t.Fatalf("lag %d once caught up", s.Lag)
+	}
+}
