@@ -89,13 +89,41 @@ func isDataDir(path string) (bool, error) {
 }
 
 // sanitize replaces the data directory's path in a message by DATA_DIR,
-// so reports do not depend on where the directory is.
+// so reports do not depend on where the directory is. Only the path as a
+// whole is replaced: it must start the message or follow a space, quote,
+// parenthesis or '=', and end it or be followed by a path separator,
+// punctuation or a flag (" --"). A plain replacement turned a directory
+// named "wal" into "kvidx DATA_DIR repair", and one named "x" into "at
+// WAL indeDATA_DIR 31", in the very repair command the report tells the
+// operator to run.
 func sanitize(msg, dir string) string {
 	if dir == "" {
 		return msg
 	}
-	msg = strings.ReplaceAll(msg, filepath.Clean(dir)+string(filepath.Separator), "DATA_DIR/")
-	return strings.ReplaceAll(msg, filepath.Clean(dir), "DATA_DIR")
+	dir = filepath.Clean(dir)
+	var b strings.Builder
+	done := 0 // msg[:done] is written to b
+	for from := 0; ; {
+		i := strings.Index(msg[from:], dir)
+		if i < 0 {
+			break
+		}
+		i += from
+		end := i + len(dir)
+		from = end
+		if (i == 0 || strings.IndexByte(" \t\"'(=", msg[i-1]) >= 0) && pathEnds(msg[end:]) {
+			b.WriteString(msg[done:i])
+			b.WriteString("DATA_DIR")
+			done = end
+		}
+	}
+	b.WriteString(msg[done:])
+	return b.String()
+}
+
+// pathEnds reports whether a path in a message ends where rest begins.
+func pathEnds(rest string) bool {
+	return rest == "" || rest[0] == filepath.Separator || strings.IndexByte(":;,)\"'\n", rest[0]) >= 0 || strings.HasPrefix(rest, " --")
 }
 
 // planRecovery finds, read-only, what recovery.Open would do with dir. With
