@@ -13,7 +13,8 @@ import (
 
 // Entry payload layout (see doc.go):
 //
-//	frame   = version(1 byte) crc32c(4 bytes LE, of the snappy data) snappy-block(batch)
+//	frame   = version(1 byte) crc32c(4 bytes LE, of what follows) [uvarint(index)] snappy-block(batch)
+//	          (version 2, what kvidx writes, carries the entry's own index; version 1 did not)
 //	batch   = uvarint(#positions) position* uvarint(#events) event*
 //	position= uvarint(len(source)) source uvarint(seq)
 //	event   = uvarint(worker_id) uvarint(dp_rank) uvarint(event_id) kind(1) flags(1)
@@ -30,8 +31,15 @@ import (
 // hash being the parent's, or, with no parent, its own tokens hash; such
 // events store tokens hashes only, halving a stored block.
 
-// formatVersion is the first byte of every entry kvidx writes.
-const formatVersion = 1
+// formatVersion is the first byte of every entry kvidx writes: version 2
+// frames carry the entry's index under the CRC, so an entry read at another
+// index (a segment file renamed, or copied from another log) is refused
+// instead of being replayed as the entry it is not. Version 1 frames (logs
+// written before) are still read; their numbering is the files' names.
+const (
+	formatVersion  = 2
+	formatVersion1 = 1
+)
 
 // frameHeader is the version byte plus the CRC.
 const frameHeader = 5
@@ -151,43 +159,66 @@ func encodeBatch(dst []byte, events []engine.Event, positions []Position) []byte
 	return dst
 }
 
-// frame compresses raw into dst (reusing its capacity) and returns the
-// complete entry payload: version, CRC-32C of the compressed data, data.
-func frame(dst, raw []byte) []byte {
-	n := frameHeader + snappy.MaxEncodedLen(len(raw))
+// frame compresses raw, the batch of entry index, into dst (reusing its
+// capacity) and returns the complete entry payload: version, CRC-32C of
+// what follows, the index, the compressed data.
+func frame(dst []byte, index uint64, raw []byte) []byte {
+	n := frameHeader + binary.MaxVarintLen64 + snappy.MaxEncodedLen(len(raw))
 	if cap(dst) < n {
 		dst = make([]byte, n)
 	}
-	dst = dst[:n]
-	z := snappy.Encode(dst[frameHeader:], raw)
-	dst = dst[:frameHeader+len(z)]
+	dst = binary.AppendUvarint(dst[:frameHeader], index)
+	h := len(dst)
+	z := snappy.Encode(dst[h:n], raw)
+	dst = dst[:h+len(z)]
 	dst[0] = formatVersion
 	binary.LittleEndian.PutUint32(dst[1:frameHeader], crc32.Checksum(dst[frameHeader:], castagnoli))
 	return dst
 }
 
-// checkFrame reports whether p is a complete kvidx entry: known version and
-// matching CRC. It never looks inside the compressed data.
+// checkFrame reports whether p is a complete kvidx entry: known version,
+// matching CRC and, in version 2, an index. It never looks inside the
+// compressed data.
 func checkFrame(p []byte) error {
+	_, _, err := frameData(p)
+	return err
+}
+
+// frameData checks p as checkFrame does and returns the index it carries
+// (0 in a version 1 frame, which carries none) and its compressed data.
+func frameData(p []byte) (index uint64, z []byte, err error) {
 	if len(p) < minFrame {
-		return fmt.Errorf("entry of %d bytes is shorter than %d: %w", len(p), minFrame, ErrCorrupt)
+		return 0, nil, fmt.Errorf("entry of %d bytes is shorter than %d: %w", len(p), minFrame, ErrCorrupt)
 	}
-	if p[0] != formatVersion {
-		return fmt.Errorf("unknown format version %d: %w", p[0], ErrCorrupt)
+	if p[0] != formatVersion && p[0] != formatVersion1 {
+		return 0, nil, fmt.Errorf("unknown format version %d: %w", p[0], ErrCorrupt)
 	}
 	want := binary.LittleEndian.Uint32(p[1:frameHeader])
 	if got := crc32.Checksum(p[frameHeader:], castagnoli); got != want {
-		return fmt.Errorf("crc32c mismatch (stored %08x, computed %08x): %w", want, got, ErrCorrupt)
+		return 0, nil, fmt.Errorf("crc32c mismatch (stored %08x, computed %08x): %w", want, got, ErrCorrupt)
 	}
-	return nil
+	z = p[frameHeader:]
+	if p[0] == formatVersion1 {
+		return 0, z, nil
+	}
+	index, n := binary.Uvarint(z)
+	if n <= 0 || index == 0 || len(z) == n {
+		return 0, nil, fmt.Errorf("version %d frame without a valid index: %w", p[0], ErrCorrupt)
+	}
+	return index, z[n:], nil
 }
 
-// decodeEntry checks, decompresses and decodes one entry payload.
-func decodeEntry(p []byte) ([]engine.Event, []Position, error) {
-	if err := checkFrame(p); err != nil {
+// decodeEntry checks, decompresses and decodes the payload p of entry
+// index. A version 2 frame that carries another index is refused: the
+// entry is not the one at that place in the log.
+func decodeEntry(p []byte, index uint64) ([]engine.Event, []Position, error) {
+	stored, z, err := frameData(p)
+	if err != nil {
 		return nil, nil, err
 	}
-	z := p[frameHeader:]
+	if stored != 0 && stored != index {
+		return nil, nil, fmt.Errorf("the entry read as entry %d is entry %d (a segment file renamed, or copied from elsewhere?): %w", index, stored, ErrCorrupt)
+	}
 	n, err := snappy.DecodedLen(z)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: snappy: %v", errDecode, err)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/golang/snappy"
 	"github.com/kvidx/kvidx/engine"
 )
 
@@ -109,8 +110,8 @@ func TestCodecRoundtrip(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := frame(nil, encodeBatch(nil, tt.events, tt.positions))
-			evs, pos, err := decodeEntry(p)
+			p := frame(nil, 9, encodeBatch(nil, tt.events, tt.positions))
+			evs, pos, err := decodeEntry(p, 9)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -128,14 +129,14 @@ func TestCodecRoundtrip(t *testing.T) {
 }
 
 func TestCheckFrame(t *testing.T) {
-	good := frame(nil, encodeBatch(nil, sampleEvents(), nil))
+	good := frame(nil, 1, encodeBatch(nil, sampleEvents(), nil))
 	if err := checkFrame(good); err != nil {
 		t.Fatal(err)
 	}
 	bad := map[string][]byte{
 		"zero length": {},
 		"header only": good[:frameHeader],
-		"version":     append([]byte{2}, good[1:]...),
+		"version":     append([]byte{3}, good[1:]...),
 		"truncated":   good[:len(good)-1],
 		"zeros":       make([]byte, 16),
 	}
@@ -148,7 +149,7 @@ func TestCheckFrame(t *testing.T) {
 		if err := checkFrame(p); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("%s: checkFrame = %v, want ErrCorrupt", name, err)
 		}
-		if _, _, err := decodeEntry(p); err == nil {
+		if _, _, err := decodeEntry(p, 1); err == nil {
 			t.Errorf("%s: decodeEntry accepted a bad frame", name)
 		}
 	}
@@ -173,13 +174,13 @@ func TestDecodeBatchRejects(t *testing.T) {
 
 func FuzzDecodeBatch(f *testing.F) {
 	f.Add(encodeBatch(nil, sampleEvents(), []Position{{"src", 7}}))
-	f.Add(frame(nil, encodeBatch(nil, sampleEvents(), nil)))
+	f.Add(frame(nil, 1, encodeBatch(nil, sampleEvents(), nil)))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		decodeEntry(data) // framed path: must not panic
+		decodeEntry(data, 1) // framed path: must not panic
 		evs, pos, err := decodeBatch(data)
-		framed := frame(nil, data)
-		evs2, pos2, err2 := decodeEntry(framed)
+		framed := frame(nil, 1, data)
+		evs2, pos2, err2 := decodeEntry(framed, 1)
 		if (err == nil) != (err2 == nil) {
 			t.Fatalf("raw and framed decoding disagree: %v vs %v", err, err2)
 		}
@@ -207,18 +208,52 @@ func TestDecodeEntryDeclaredLength(t *testing.T) {
 	for _, declared := range []uint64{1 << 20, 1 << 29} {
 		z := append(binary.AppendUvarint(nil, declared), 0, 0, 0)
 		p := make([]byte, frameHeader, frameHeader+len(z))
-		p[0] = formatVersion
+		p[0] = formatVersion1
 		p = append(p, z...)
 		binary.LittleEndian.PutUint32(p[1:frameHeader], crc32.Checksum(z, castagnoli))
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
-		_, _, err := decodeEntry(p)
+		_, _, err := decodeEntry(p, 1)
 		runtime.ReadMemStats(&after)
 		if err == nil || !strings.Contains(err.Error(), "too large") {
 			t.Fatalf("declared %d: %v, want a refusal", declared, err)
 		}
 		if grew := after.TotalAlloc - before.TotalAlloc; grew > 64<<10 {
 			t.Fatalf("declared %d: %d bytes allocated before the refusal", declared, grew)
+		}
+	}
+}
+
+// A version 2 frame carries its entry's index under the CRC: read at any
+// other index it is refused (a segment file renamed to a lower index was
+// replayed as the entries it is not: acknowledged entries skipped, a
+// removed block revived). Found by review.
+func TestFrameIndex(t *testing.T) {
+	raw := encodeBatch(nil, sampleEvents(), []Position{{"s", 3}})
+	p := frame(nil, 41, raw)
+	if _, _, err := decodeEntry(p, 41); err != nil {
+		t.Fatal(err)
+	}
+	for _, at := range []uint64{1, 40, 42, 1 << 40} {
+		if _, _, err := decodeEntry(p, at); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "is entry 41") {
+			t.Fatalf("entry 41 read as %d: %v", at, err)
+		}
+	}
+	// Version 1 frames (logs written before) carry no index and still read.
+	z := snappy.Encode(nil, raw)
+	v1 := append([]byte{formatVersion1, 0, 0, 0, 0}, z...)
+	binary.LittleEndian.PutUint32(v1[1:frameHeader], crc32.Checksum(z, castagnoli))
+	evs, pos, err := decodeEntry(v1, 7)
+	if err != nil || !reflect.DeepEqual(pos, []Position{{"s", 3}}) || len(evs) != len(sampleEvents()) {
+		t.Fatalf("version 1 frame: %v %v %v", evs, pos, err)
+	}
+	// A version 2 frame whose index is 0, or that ends after its index,
+	// is damaged whatever its CRC says.
+	for name, rest := range map[string][]byte{"index 0": append([]byte{0}, z...), "index only": {5}} {
+		b := append([]byte{formatVersion, 0, 0, 0, 0}, rest...)
+		binary.LittleEndian.PutUint32(b[1:frameHeader], crc32.Checksum(b[frameHeader:], castagnoli))
+		if err := checkFrame(b); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("%s: %v", name, err)
 		}
 	}
 }

@@ -10,9 +10,13 @@
 // resume exactly once. The payload is a compact binary encoding (uvarints,
 // fixed 8-byte hashes) of every event field, compressed as a whole with snappy
 // (block format) and framed as: 1 format-version byte, the CRC-32C
-// (Castagnoli) of the compressed bytes, the compressed bytes. A payload
-// shorter than the frame (zero bytes appended to a segment read as empty
-// entries in tidwall/wal) is invalid.
+// (Castagnoli) of what follows, the entry's own index (uvarint), the
+// compressed bytes. The index makes an entry read at any other index (a
+// segment file renamed, or copied from another log: tidwall/wal numbers
+// entries by the files' names) an error instead of the wrong entry; frames
+// of version 1, written before, carry no index and are still read. A
+// payload shorter than the frame (zero bytes appended to a segment read as
+// empty entries in tidwall/wal) is invalid.
 //
 // # Group commit
 //

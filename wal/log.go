@@ -542,11 +542,12 @@ func (l *Log) commit(batch []*request) {
 		}
 	}
 	l.raw = raw
-	l.buf = frame(l.buf, raw)
+	// Only this goroutine moves l.next (and Open, before it starts).
+	index := l.next
+	l.buf = frame(l.buf, index, raw)
 	data := l.buf
 
 	l.wmu.Lock()
-	index := l.next
 	err := l.store.Write(index, data)
 	if err == nil {
 		l.next++
@@ -838,7 +839,7 @@ func (l *Log) ReadEntry(index uint64) (Entry, error) {
 		}
 		return Entry{}, fmt.Errorf("wal %s: segment %s offset %d: entry %d: %v: %w", l.dir, seg, off, index, err, ErrCorrupt)
 	}
-	events, positions, err := decodeEntry(data)
+	events, positions, err := decodeEntry(data, index)
 	if err != nil {
 		seg, off := locate(l.dir, index)
 		if !errors.Is(err, ErrCorrupt) {

@@ -283,12 +283,14 @@ func walkOnce(dir string, from, to uint64, fn func(Entry) error) (lay Layout, va
 				}
 				if good < 0 {
 					lay.FramedBytes += int64(len(p))
-					if dl, derr := snappy.DecodedLen(p[frameHeader:]); derr == nil {
-						lay.DecodedBytes += int64(dl)
+					if _, z, ferr := frameData(p); ferr == nil {
+						if dl, derr := snappy.DecodedLen(z); derr == nil {
+							lay.DecodedBytes += int64(dl)
+						}
 					}
 				}
 				if fn != nil && scanErr == nil && !broken && index >= from && index <= to && (good < 0 || !last) {
-					events, positions, derr := decodeEntry(p)
+					events, positions, derr := decodeEntry(p, index)
 					if derr != nil {
 						fail("segment %s offset %d: entry %d: %v", s.name, off, index, derr)
 					} else if ferr := fn(Entry{Index: index, Events: events, Positions: positions}); ferr != nil {

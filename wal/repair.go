@@ -106,7 +106,7 @@ func nextValid(b []byte, off int) int {
 // starts at b[0].
 func validEntryAt(b []byte) bool {
 	p, _, ok := nextEntry(b)
-	return ok && len(p) >= minFrame && p[0] == formatVersion && checkFrame(p) == nil
+	return ok && checkFrame(p) == nil
 }
 
 // scanValid walks data's entries and returns the end offset of the longest

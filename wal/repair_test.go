@@ -792,3 +792,36 @@ func TestRepairTruncateBeforeUnlocatedAfterIndex(t *testing.T) {
 		})
 	}
 }
+
+// A log whose first segment file was renamed to a lower index (after a
+// front truncation, say) numbers every entry wrong: reading it must fail
+// naming the entry, never return another entry's events (recovery replayed
+// them, skipping acknowledged entries and reviving a removed block). Found
+// by review.
+func TestRenamedSegmentRefused(t *testing.T) {
+	dir, _ := buildLog(t, 30, 300)
+	segs, err := listSegments(dir)
+	if err != nil || len(segs) < 3 {
+		t.Fatalf("segments %v, %v", segs, err)
+	}
+	// Drop the first segment, as a front truncation does, then give the
+	// second one the first one's name.
+	first, second := segs[0], segs[1]
+	if err := os.Remove(filepath.Join(dir, first.name)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(dir, second.name), filepath.Join(dir, first.name)); err != nil {
+		t.Fatal(err)
+	}
+	l := mustOpen(t, dir, quietOpts())
+	defer l.Close()
+	_, err = l.ReadEntry(first.index)
+	want := fmt.Sprintf("the entry read as entry %d is entry %d", first.index, second.index)
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("read of entry %d: %v, want ErrCorrupt with %q", first.index, err, want)
+	}
+	// The read-only walk (kvidx wal dump) refuses it too.
+	if _, err := Scan(dir, 0, 0, func(Entry) error { return nil }); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("scan: %v, want ErrCorrupt with %q", err, want)
+	}
+}
