@@ -62,11 +62,17 @@ func (c Config) validateFor(tr *Trace) error {
 	if tr == nil {
 		return errors.New("workload: nil trace")
 	}
+	// Copy k's ids are id + k*(maxID+1): the largest, maxID +
+	// (Duplicate-1)*(maxID+1), must fit (copy 0 is the trace as it is).
 	maxID := tr.MaxID()
+	if c.Duplicate == 1 {
+		return nil
+	}
 	if maxID == math.MaxUint64 {
 		return fmt.Errorf("workload: trace block id %d too large to duplicate", maxID)
 	}
-	if hi, _ := bits.Mul64(maxID+1, uint64(c.Duplicate)); hi != 0 {
+	hi, lo := bits.Mul64(maxID+1, uint64(c.Duplicate-1))
+	if _, carry := bits.Add64(lo, maxID, 0); hi != 0 || carry != 0 {
 		return fmt.Errorf("workload: trace block ids up to %d overflow 64 bits with duplicate %d", maxID, c.Duplicate)
 	}
 	return nil

@@ -116,4 +116,47 @@ func TestConfigValidate(t *testing.T) {
 	if err := (Config{Workers: 1, Capacity: 1, Duplicate: 1}).validateFor(huge); err != nil {
 		t.Errorf("validateFor: %v", err)
 	}
+	// The largest duplicated id is maxID + (K-1)*(maxID+1): exactly 2^64-1
+	// fits (both were refused: an off-by-one found by review).
+	for _, tc := range []struct {
+		maxID uint64
+		k     int
+		ok    bool
+	}{
+		{math.MaxUint64, 1, true},
+		{math.MaxUint64, 2, false},
+		{math.MaxInt64, 2, true},
+		{math.MaxInt64 + 1, 2, false},
+		{math.MaxUint64/3 - 1, 3, true}, // 3*maxID + 2 = 2^64 - 2
+		{math.MaxUint64 / 3, 3, false},
+	} {
+		tr := &Trace{Records: []Record{{HashIDs: []uint64{tc.maxID}}}}
+		if err := (Config{Workers: 1, Capacity: 1, Duplicate: tc.k}).validateFor(tr); (err == nil) != tc.ok {
+			t.Errorf("max id %d, duplicate %d: %v, want ok %v", tc.maxID, tc.k, err, tc.ok)
+		}
+	}
+}
+
+// Request and block counts saturate instead of wrapping: a --duplicate of
+// 2^62 made them negative, which panicked kvidx bench (a negative slice
+// capacity) and let kvidx loadgen past its request limit. Found by review.
+func TestCountsSaturate(t *testing.T) {
+	tr := &Trace{Records: []Record{{HashIDs: []uint64{0, 1}}, {HashIDs: []uint64{1}}, {}}}
+	if n := NumRequests(tr, 3); n != 6 {
+		t.Fatalf("NumRequests: %d, want 6", n)
+	}
+	if n := NumBlocks(tr, 3); n != 9 {
+		t.Fatalf("NumBlocks: %d, want 9", n)
+	}
+	for _, k := range []int{1 << 62, math.MaxInt} {
+		if n := NumRequests(tr, k); n != math.MaxInt {
+			t.Errorf("NumRequests(duplicate %d) = %d, want math.MaxInt", k, n)
+		}
+		if n := NumBlocks(tr, k); n != math.MaxInt {
+			t.Errorf("NumBlocks(duplicate %d) = %d, want math.MaxInt", k, n)
+		}
+	}
+	if n := NumRequests(tr, 0); n != 0 {
+		t.Errorf("NumRequests(duplicate 0) = %d", n)
+	}
 }

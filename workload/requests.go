@@ -2,6 +2,7 @@ package workload
 
 import (
 	"iter"
+	"math"
 
 	"github.com/kvidx/kvidx/engine"
 )
@@ -73,7 +74,7 @@ func NumRequests(tr *Trace, duplicate int) int {
 			n++
 		}
 	}
-	return n * max(duplicate, 0)
+	return mulSat(n, duplicate)
 }
 
 // NumBlocks returns the blocks of the requests [Requests] yields: no index fed
@@ -83,5 +84,18 @@ func NumBlocks(tr *Trace, duplicate int) int {
 	for i := range tr.Records {
 		n += len(tr.Records[i].HashIDs)
 	}
-	return n * max(duplicate, 0)
+	return mulSat(n, duplicate)
+}
+
+// mulSat is n x k for n >= 0, 0 for k <= 0, and math.MaxInt where the
+// product does not fit: a --duplicate of 2^62 wrapped the count negative,
+// which panicked kvidx bench and let kvidx loadgen past its request limit.
+func mulSat(n, k int) int {
+	switch {
+	case n <= 0 || k <= 0:
+		return 0
+	case n > math.MaxInt/k:
+		return math.MaxInt
+	}
+	return n * k
 }

@@ -86,7 +86,7 @@ type wireRecord struct {
 	Timestamp    json.Number `json:"timestamp"`
 	InputLength  int         `json:"input_length"`
 	OutputLength int         `json:"output_length"`
-	HashIDs      []uint64    `json:"hash_ids"`
+	HashIDs      *[]uint64   `json:"hash_ids"`
 }
 
 // ReadTrace reads a Mooncake trace, plain JSON lines or gzipped (detected by
@@ -106,6 +106,11 @@ func ReadTrace(r io.Reader) (*Trace, error) {
 	for line := 1; ; line++ {
 		b, err := br.ReadBytes('\n')
 		if err != nil && !errors.Is(err, io.EOF) {
+			if len(b) == 0 {
+				// The stream failed past the last whole line (a gzip
+				// trailer's checksum, say): there is no line to name.
+				return nil, fmt.Errorf("trace: after line %d: %w", line-1, err)
+			}
 			return nil, fmt.Errorf("trace: %w", &LineError{Line: line, Err: err})
 		}
 		if len(bytes.TrimSpace(b)) > 0 {
@@ -122,11 +127,20 @@ func ReadTrace(r io.Reader) (*Trace, error) {
 }
 
 func parseRecord(b []byte) (Record, error) {
+	// A record is an object with hash_ids (empty for a request of no
+	// block): null, {} or a bare value would otherwise read as an empty
+	// record and be skipped without a word.
+	if b = bytes.TrimSpace(b); len(b) == 0 || b[0] != '{' {
+		return Record{}, errors.New("not a JSON object")
+	}
 	var w wireRecord
 	if err := json.Unmarshal(b, &w); err != nil {
 		return Record{}, err
 	}
-	rec := Record{InputLength: w.InputLength, OutputLength: w.OutputLength, HashIDs: w.HashIDs}
+	if w.HashIDs == nil {
+		return Record{}, errors.New(`no "hash_ids"`)
+	}
+	rec := Record{InputLength: w.InputLength, OutputLength: w.OutputLength, HashIDs: *w.HashIDs}
 	if w.Timestamp != "" {
 		ts, err := parseTimestamp(w.Timestamp)
 		if err != nil {

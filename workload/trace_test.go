@@ -49,6 +49,13 @@ func TestReadTrace(t *testing.T) {
 		{name: "bad timestamp", in: []byte("{\"timestamp\": \"x\", \"hash_ids\": [1]}\n"), errLine: 1, errMatch: "line 1"},
 		{name: "gzip bad line", in: gz(t, "{\"hash_ids\": [1]}\nnot json\n"), errLine: 2, errMatch: "line 2"},
 		{name: "truncated gzip", in: gz(t, good)[:40], errMatch: "trace"},
+		// Found by review: these read as records of no block, skipped silently.
+		{name: "null line", in: []byte("{\"hash_ids\": [1]}\nnull\n"), errLine: 2, errMatch: "line 2: not a JSON object"},
+		{name: "no hash_ids", in: []byte("{}\n"), errLine: 1, errMatch: `line 1: no "hash_ids"`},
+		{name: "hash_ids null", in: []byte("{\"hash_ids\": null}\n"), errLine: 1, errMatch: `no "hash_ids"`},
+		{name: "array line", in: []byte("[1, 2]\n"), errLine: 1, errMatch: "not a JSON object"},
+		// A damaged gzip trailer is past the last line: no line to name.
+		{name: "gzip bad checksum", in: badChecksum(gz(t, good)), errMatch: "after line 4"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -87,4 +94,11 @@ func TestEmbeddedTraceStats(t *testing.T) {
 	if got != want {
 		t.Errorf("Stats = %+v, want %+v", got, want)
 	}
+}
+
+// badChecksum flips a bit of a gzip stream's CRC-32 trailer.
+func badChecksum(b []byte) []byte {
+	b = bytes.Clone(b)
+	b[len(b)-8] ^= 1
+	return b
 }

@@ -77,8 +77,8 @@ or events will be rejected.`,
 				return fmt.Errorf("loadgen: %w", err)
 			}
 			if n := workload.NumRequests(tr, cfg.Duplicate); n > maxLoadRequests {
-				return fmt.Errorf("loadgen: --duplicate %d makes %d requests, about %d GB generated in memory before the run; at most %d requests (--duplicate %d with this trace)",
-					cfg.Duplicate, n, int64(n)*loadRequestBytes>>30, maxLoadRequests, maxLoadRequests/max(workload.NumRequests(tr, 1), 1))
+				return fmt.Errorf("loadgen: --duplicate %d makes %d requests, about %.0f GB generated in memory before the run; at most %d requests (--duplicate %d with this trace)",
+					cfg.Duplicate, n, float64(n)*loadRequestBytes/(1<<30), maxLoadRequests, maxLoadRequests/max(workload.NumRequests(tr, 1), 1))
 			}
 			stderr := cmd.ErrOrStderr()
 			tty := isTerminalWriter(stderr)

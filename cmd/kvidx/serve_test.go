@@ -283,6 +283,12 @@ func TestCLIRefusesBadArguments(t *testing.T) {
 			t.Errorf("kvidx %v: no error", args)
 		}
 	}
+	// A --duplicate whose request count overflows int is refused as too
+	// many, with a sane estimate (the count wrapped and generation began).
+	_, _, err := runKvidx(t, "", "loadgen", "--duplicate", "4611686018427387904")
+	if err == nil || !strings.Contains(err.Error(), "at most 2097152 requests") || strings.Contains(err.Error(), "about -") {
+		t.Errorf("loadgen --duplicate 2^62: %v", err)
+	}
 }
 
 // A server started with --sync none warns that acknowledged events can be
