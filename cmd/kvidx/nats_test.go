@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/kvidx/kvidx/internal/natstest"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Two kvidx serve replicas fed by one JetStream stream (filled by kvidx
@@ -155,5 +157,22 @@ func TestPublishSubjectPrefix(t *testing.T) {
 		} else if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("--subject-prefix %q: got %v; want an error containing %q", prefix, err, want)
 		}
+	}
+	// A stream of "<prefix>.*" takes every subject publish uses (one token
+	// after the prefix): it was refused. Found by review.
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	jsc, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := jsc.CreateStream(context.Background(), jetstream.StreamConfig{Name: "STAR", Subjects: []string{"star.*"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := runKvidx(t, "", append(small, "--nats-stream", "STAR", "--subject-prefix", "star")...); err != nil {
+		t.Errorf("a stream of star.*: %v", err)
 	}
 }

@@ -22,6 +22,11 @@
 // every message of its subject up to the stream's last sequence was
 // delivered, it records that sequence as its position (a WAL entry without
 // events), so that other subjects' messages trimmed after it are no gap.
+// What such a replica cannot see is its own subject's messages removed from
+// the middle of the stream (a per-subject limit, a purge by subject, a
+// delete): a removed message leaves no trace of its subject, so those go
+// unreported, and the source warns at start that its filter is narrower
+// than the stream. A stream of kvidx's events alone has no such blind spot.
 //
 // A stream deleted and recreated numbers its messages from 1 again; the
 // source tells it by the stream's creation time, recorded with the position

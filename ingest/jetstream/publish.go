@@ -58,7 +58,9 @@ func Publish(ctx context.Context, url, stream, subjectPrefix string, tr *workloa
 	}
 	// An existing stream bound to other subjects does not take these
 	// messages: the publish would fail with "no response from stream".
-	if subs := st.CachedInfo().Config.Subjects; len(subs) > 0 && !anyCovers(subs, subjectPrefix+".>") {
+	// The subjects are "<prefix>.<worker id>", one token after the prefix:
+	// a stream of "<prefix>.*" takes them as well as one of "<prefix>.>".
+	if subs := st.CachedInfo().Config.Subjects; len(subs) > 0 && !anyCovers(subs, subjectPrefix+".*") {
 		return rep, fmt.Errorf("stream %s takes subjects %s, not %s.<worker id>: publish with a --subject-prefix those subjects cover, or to another stream",
 			stream, strings.Join(subs, ", "), subjectPrefix)
 	}

@@ -69,6 +69,8 @@ type Source struct {
 	mu      sync.Mutex
 	status  Status
 	lastLog time.Time
+
+	warnedNarrow bool // the narrow-filter warning was logged (Run's goroutine only)
 }
 
 // New returns a source; Run starts it.
@@ -272,6 +274,14 @@ func (s *Source) session(ctx context.Context) error {
 	// startup: the message after the last one applied is no longer in the
 	// stream.
 	covers := coversStream(s.cfg.Subject, info.Config.Subjects)
+	if !covers && !s.warnedNarrow {
+		// A removed message leaves no trace of its subject: a filtered
+		// replica sees only the stream's front move, and cannot tell its
+		// own messages removed behind it from other subjects'.
+		s.warnedNarrow = true
+		s.log.Warn("the subject filter is narrower than the stream's subjects: messages of this subject removed from the middle of the stream (a per-subject limit, a purge by subject, a delete) cannot be told from other subjects' and are not reported as gaps; give the events a stream of their own, or a filter covering all its subjects",
+			"subject", s.cfg.Subject, "stream_subjects", strings.Join(info.Config.Subjects, ", "))
+	}
 	prev := next - 1 // the stream sequence of the last message delivered
 	// With a narrower filter the position moves only with this replica's
 	// own messages, while other subjects' messages after it may be trimmed
