@@ -199,6 +199,13 @@ func TestWALRepairBeforeCoveredDamage(t *testing.T) {
 	if r := s.Report(); r.SnapshotUsed.Index != 3 || r.ReplayedEntries != 0 {
 		t.Fatalf("report after the repair: %+v", r)
 	}
+	checkRepaired(t, s, evs, 4)
+}
+
+// checkRepaired checks a store opened after a repair: its index is that of
+// evs, and its next append gets index next.
+func checkRepaired(t *testing.T, s *recovery.Store, evs []engine.Event, next uint64) {
+	t.Helper()
 	want := engine.New()
 	for i := range evs {
 		want.Apply(&evs[i])
@@ -206,8 +213,8 @@ func TestWALRepairBeforeCoveredDamage(t *testing.T) {
 	if got := s.Index().Stats(); got != want.Stats() {
 		t.Fatalf("index after the repair: %+v, want %+v", got, want.Stats())
 	}
-	if idx, _, err := s.Append(ctx, nil, nil); err != nil || idx != 4 {
-		t.Fatalf("append after the repair: %d, %v; want 4", idx, err)
+	if idx, _, err := s.Append(context.Background(), nil, nil); err != nil || idx != next {
+		t.Fatalf("append after the repair: %d, %v; want %d", idx, err, next)
 	}
 }
 
@@ -238,16 +245,7 @@ func TestWALRepairBeforeLostWAL(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	want := engine.New()
-	for i := range evs {
-		want.Apply(&evs[i])
-	}
-	if got := s.Index().Stats(); got != want.Stats() {
-		t.Fatalf("index after the repair: %+v, want %+v", got, want.Stats())
-	}
-	if idx, _, err := s.Append(ctx, nil, nil); err != nil || idx != 4 {
-		t.Fatalf("append after the repair: %d, %v; want 4", idx, err)
-	}
+	checkRepaired(t, s, evs, 4)
 }
 
 // TestWALRepairBeforeUnlocatedRefused: a damaged length prefix breaks the
