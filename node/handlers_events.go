@@ -128,6 +128,13 @@ func (s *Server) handleDeleteWorker(w http.ResponseWriter, r *http.Request) {
 		rep.write(w)
 		return
 	}
+	// The check and the append are one step for deletes: concurrent
+	// deletes of one worker all passed the check, each answered 200 with
+	// its blocks and each logged a WorkerRemoved (found by review). The
+	// append returns once the event is applied, so the next delete sees
+	// the worker gone.
+	s.deleteMu.Lock()
+	defer s.deleteMu.Unlock()
 	known, blocks := false, 0
 	for _, wb := range st.Index().Workers() {
 		if wb.Worker.WorkerID == id {

@@ -68,6 +68,9 @@ type Server struct {
 	// appending counts batches in the store's Append: what a shutdown's
 	// drain must wait for, since their clients may be acknowledged.
 	appending atomic.Int64
+	// deleteMu makes a DELETE /v1/workers/{id}'s check that the worker is
+	// known and its append one step.
+	deleteMu sync.Mutex
 }
 
 // maxPooledBuffer keeps huge request buffers out of the pool.

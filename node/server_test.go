@@ -13,8 +13,13 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/kvidx/kvidx/engine"
+	"github.com/kvidx/kvidx/wal"
 )
 
 // testEnv is a server with a fake store behind a real loopback listener.
@@ -560,4 +565,64 @@ func TestOversizedBodyClosesConnection(t *testing.T) {
 			})
 		}
 	}
+}
+
+// Concurrent deletes of one worker: one removes it (200, one event logged),
+// the others find it unknown (404, nothing logged). All eight answered 200
+// and logged their own WorkerRemoved. Found by review.
+func TestConcurrentDeleteOfOneWorker(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Logger = quietLogger()
+	srv := New(cfg)
+	// Appends take a while, so that every delete can check before the
+	// first one's event is applied.
+	st := &slowStore{fakeStore: newFakeStore()}
+	srv.SetStore(st)
+	url, stop := startRun(t, srv)
+	defer stop()
+	resp, err := http.Post(url+"/v1/events", "", strings.NewReader(stored(7, 1, "null", 1, 2, 3)))
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatal(err, resp.StatusCode)
+	}
+	resp.Body.Close()
+	st.delay.Store(int64(50 * time.Millisecond))
+	before, _ := st.counts()
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		codes = map[int]int{}
+		start = make(chan struct{})
+	)
+	for range 8 {
+		wg.Go(func() {
+			<-start
+			req, _ := http.NewRequest("DELETE", url+"/v1/workers/7", nil)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			mu.Lock()
+			codes[resp.StatusCode]++
+			mu.Unlock()
+		})
+	}
+	close(start)
+	wg.Wait()
+	if after, _ := st.counts(); codes[200] != 1 || codes[404] != 7 || after-before != 1 {
+		t.Fatalf("answers %v, %d appends; want one 200, seven 404s and one append", codes, after-before)
+	}
+}
+
+// slowStore is a fakeStore whose appends first wait delay.
+type slowStore struct {
+	*fakeStore
+	delay atomic.Int64 // nanoseconds
+}
+
+func (s *slowStore) Append(ctx context.Context, events []engine.Event, ps []wal.Position) (uint64, []error, error) {
+	time.Sleep(time.Duration(s.delay.Load()))
+	return s.fakeStore.Append(ctx, events, ps)
 }
