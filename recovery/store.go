@@ -188,7 +188,10 @@ func Open(ctx context.Context, dir string, opts Options) (_ *Store, err error) {
 		WrapStore:     opts.WrapStore,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("data dir %s: %w%s", dir, err, DamageRepairHint(dir, err))
+		if msg := DamageRefusal(dir, err); msg != "" {
+			return nil, &refusal{msg: fmt.Sprintf("data dir %s: %s: %v", dir, msg, wal.ErrCorrupt), err: err}
+		}
+		return nil, fmt.Errorf("data dir %s: %w", dir, err)
 	}
 	s.report.TornBytesDropped = s.log.Stats().TornBytesDropped
 	if err := s.recover(ctx); err != nil {
@@ -426,22 +429,36 @@ func (s *Store) Close() error {
 	return s.closeErr
 }
 
-// DamageRepairHint returns what to add to err, a refusal of damage inside
-// the WAL of dataDir (a [wal.DamageError]), when a snapshot holds the
-// damaged entry: cutting the entries before it loses nothing acknowledged,
-// where the cut the WAL's own message names (after the damage) would leave
-// the log ending before the snapshot. It returns "" otherwise. Recovery's
-// refusal and the offline tools that predict it use it alike.
-func DamageRepairHint(dataDir string, err error) string {
+// DamageRefusal returns the message refusing err, damage inside the WAL of
+// dataDir (a [wal.DamageError]), with the repair to run, naming dataDir;
+// "" when err is no such damage. When a snapshot holds the damaged entry,
+// the repair is --truncate-before (it loses nothing acknowledged): a cut
+// after the damage, which the WAL's own message names, would end the log
+// before that snapshot, and kvidx wal repair refuses it. Recovery's refusal
+// and the offline tools that predict it use it alike.
+func DamageRefusal(dataDir string, err error) string {
 	var de *wal.DamageError
 	if !errors.As(err, &de) {
 		return ""
 	}
 	snaps, lerr := snapshot.List(filepath.Join(dataDir, SnapshotDirName))
 	if lerr != nil || len(snaps) == 0 || snaps[0].Index < de.Entry {
-		return ""
+		return fmt.Sprintf("%s; to drop entry %d and every later one, stop kvidx and run "+
+			"kvidx wal repair %s --truncate-after %d --yes (it keeps a copy of what it cuts)",
+			de.Where(), de.Entry, dataDir, de.Entry-1)
 	}
-	return fmt.Sprintf("; but snapshot %s holds every entry up to %d, the damaged entry %d included: if it is good, "+
-		"kvidx wal repair %s --truncate-before %d --yes removes the entries up to %d instead (it verifies that snapshot first), and loses nothing acknowledged",
-		filepath.Base(snaps[0].Path), snaps[0].Index, de.Entry, dataDir, snaps[0].Index+1, snaps[0].Index)
+	return fmt.Sprintf("%s; snapshot %s holds every entry up to %d, the damaged entry %d included: if it is good, "+
+		"kvidx wal repair %s --truncate-before %d --yes drops the entries up to %d (it verifies that snapshot first) and loses nothing acknowledged "+
+		"(a cut after the damage would end the log before that snapshot, which kvidx refuses)",
+		de.Where(), filepath.Base(snaps[0].Path), snaps[0].Index, de.Entry, dataDir, snaps[0].Index+1, snaps[0].Index)
 }
+
+// refusal is an error with a message of its own that wraps the error it
+// explains (errors.Is and errors.As still see it).
+type refusal struct {
+	msg string
+	err error
+}
+
+func (r *refusal) Error() string { return r.msg }
+func (r *refusal) Unwrap() error { return r.err }

@@ -444,8 +444,8 @@ func copyFile(src, dst string) (created bool, err error) {
 // segment file Segment, is invalid, and a valid entry starts at byte Next.
 // It matches [ErrCorrupt]. Its message names the operator's way out: kvidx
 // wal repair --truncate-after Entry-1, which drops the damaged entry and
-// every later one (recovery adds --truncate-before when a snapshot holds
-// the damaged entry: see recovery.DamageRepairHint).
+// every later one (recovery names --truncate-before instead when a snapshot
+// holds the damaged entry: see recovery.DamageRefusal).
 type DamageError struct {
 	Dir, Segment string
 	Offset, Next int64
@@ -453,10 +453,15 @@ type DamageError struct {
 }
 
 func (e *DamageError) Error() string {
-	return fmt.Sprintf("wal %s: segment %s offset %d: entry %d is invalid and followed by a valid entry at offset %d "+
-		"(damage inside the log, not a torn tail); to drop entry %d and every later one, stop kvidx and run "+
+	return fmt.Sprintf("%s; to drop entry %d and every later one, stop kvidx and run "+
 		"kvidx wal repair DATA_DIR --truncate-after %d --yes (it keeps a copy of what it cuts): %v",
-		e.Dir, e.Segment, e.Offset, e.Entry, e.Next, e.Entry, e.Entry-1, ErrCorrupt)
+		e.Where(), e.Entry, e.Entry-1, ErrCorrupt)
+}
+
+// Where is the message's account of the damage alone, without the way out.
+func (e *DamageError) Where() string {
+	return fmt.Sprintf("wal %s: segment %s offset %d: entry %d is invalid and followed by a valid entry at offset %d "+
+		"(damage inside the log, not a torn tail)", e.Dir, e.Segment, e.Offset, e.Entry, e.Next)
 }
 
 func (e *DamageError) Unwrap() error { return ErrCorrupt }

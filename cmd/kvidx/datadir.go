@@ -88,6 +88,15 @@ func isDataDir(path string) (bool, error) {
 	return fi.IsDir(), nil
 }
 
+// refusalText is what a restart of dir would say of err, a failure to open
+// its WAL: with the repair to run, for damage inside the log.
+func refusalText(dir string, err error) string {
+	if msg := recovery.DamageRefusal(dir, err); msg != "" {
+		return msg
+	}
+	return err.Error()
+}
+
 // sanitize replaces the data directory's path in a message by DATA_DIR,
 // so reports do not depend on where the directory is. Only the path as a
 // whole is replaced: it must start the message or follow a space, quote,
@@ -197,7 +206,7 @@ func planRecoveryRead(ctx context.Context, dir string, load bool, progress io.Wr
 		return p, nil, nil
 	}
 	if lerr != nil {
-		w.OpenRefusal = sanitize(lerr.Error()+recovery.DamageRepairHint(dir, lerr), dir)
+		w.OpenRefusal = sanitize(refusalText(dir, lerr), dir)
 		p.Refusal = "the WAL cannot be opened: " + w.OpenRefusal
 		return p, nil, nil
 	}

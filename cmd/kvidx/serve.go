@@ -66,8 +66,9 @@ Snapshots are taken every --snapshot-every-events events and every
 --snapshot-interval (when something changed), and at shutdown (SIGTERM or
 SIGINT) unless --final-snapshot=false. A shutdown waits up to 30 s for
 requests in flight; requests whose bodies have not arrived by then are
-dropped unanswered (nothing of them was acknowledged), and the exit status is
-0 unless an event batch was still in the WAL or the final snapshot failed.
+dropped unanswered (nothing of them was acknowledged). The exit status is 1
+when the WAL was fenced (a write or fsync failed), a batch was still being
+written when the wait ended, or the final snapshot failed; else 0.
 
 With --zmq (repeatable), the node subscribes to vLLM engines' ZMQ KV-event
 publishers, hashing each block's tokens itself; it applies each engine's
@@ -89,7 +90,8 @@ resizes its tables nor maps fresh memory (events apply faster), and it keeps
 that memory (about 55 bytes a holder-block) when it empties.
 
 Every flag can also be set by an environment variable: KVIDX_ and the flag
-name in upper case with _ for -, e.g. KVIDX_DATA_DIR=/var/lib/kvidx.`,
+name in upper case with _ for -, e.g. KVIDX_DATA_DIR=/var/lib/kvidx
+(KVIDX_ZMQ: endpoints separated by spaces).`,
 		Example: `  kvidx serve
   kvidx serve --data-dir /var/lib/kvidx --listen 127.0.0.1:8585 --sync always
   curl -s localhost:8585/v1/match -d '{"local_hashes":[101,102]}'`,
@@ -124,7 +126,9 @@ name in upper case with _ for -, e.g. KVIDX_DATA_DIR=/var/lib/kvidx.`,
 }
 
 // flagsFromEnv sets every flag not given on the command line from its
-// KVIDX_ environment variable, if set.
+// KVIDX_ environment variable, if set. A repeatable flag (--zmq) takes
+// one value per whitespace-separated field: its values hold no spaces, and
+// commas are already part of them (",replay=").
 func flagsFromEnv(fs *pflag.FlagSet) error {
 	var errs []error
 	fs.VisitAll(func(fl *pflag.Flag) {
@@ -132,8 +136,16 @@ func flagsFromEnv(fs *pflag.FlagSet) error {
 			return
 		}
 		name := "KVIDX_" + strings.ToUpper(strings.ReplaceAll(fl.Name, "-", "_"))
-		if v, ok := os.LookupEnv(name); ok {
-			if err := fs.Set(fl.Name, v); err != nil {
+		v, ok := os.LookupEnv(name)
+		if !ok {
+			return
+		}
+		values := []string{v}
+		if fl.Value.Type() == "stringArray" {
+			values = strings.Fields(v)
+		}
+		for _, value := range values {
+			if err := fs.Set(fl.Name, value); err != nil {
 				errs = append(errs, fmt.Errorf("%s=%q: %w", name, v, err))
 			}
 		}

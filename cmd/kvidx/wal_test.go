@@ -167,6 +167,14 @@ func TestWALRepairBeforeCoveredDamage(t *testing.T) {
 	if !errors.Is(err, wal.ErrCorrupt) || !strings.Contains(err.Error(), "--truncate-before 4 --yes") {
 		t.Fatalf("open: %v, want ErrCorrupt naming --truncate-before 4", err)
 	}
+	// Only the repair that works is named, with the real directory (it
+	// also named --truncate-after, which wal repair then refuses, and
+	// "DATA_DIR" beside the real path). Found by review.
+	var de *wal.DamageError
+	if msg := err.Error(); strings.Contains(msg, "--truncate-after") || strings.Contains(msg, "DATA_DIR") ||
+		!strings.Contains(msg, "kvidx wal repair "+data+" --truncate-before 4 --yes") || !errors.As(err, &de) {
+		t.Fatalf("open: %v", err)
+	}
 	t.Log(err)
 	// The offline tools that predict a restart name the same cut.
 	for _, args := range [][]string{{"recover", "--data-dir", data, "--dry-run"}, {"wal", "stat", data}} {

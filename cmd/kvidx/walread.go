@@ -212,7 +212,7 @@ is (damage followed by valid entries in the last segment).`,
 				st.Damage = append(st.Damage, d.String())
 			}
 			if err != nil {
-				st.OpenRefusal = sanitize(err.Error()+recovery.DamageRepairHint(args[0], err), args[0])
+				st.OpenRefusal = sanitize(refusalText(args[0], err), args[0])
 			}
 			out := cmd.OutOrStdout()
 			var werr error
