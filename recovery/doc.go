@@ -4,7 +4,8 @@
 //
 // # Data directory
 //
-//	DATA_DIR/FORMAT       "kvidx-data 1\n"; a newer format is refused
+//	DATA_DIR/FORMAT       "kvidx-data 2\n"; a newer format is refused, a
+//	                      format 1 directory upgraded in place when opened
 //	DATA_DIR/wal/         the write-ahead log (package wal), and its LOCK
 //	DATA_DIR/snapshots/   snapshots (package snapshot), newest K kept
 //

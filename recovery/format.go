@@ -19,9 +19,15 @@ const (
 	WALDirName = "wal"
 	// SnapshotDirName is the snapshots' directory.
 	SnapshotDirName = "snapshots"
-	// FormatVersion is the data directory format this package writes and
-	// the only one it opens.
-	FormatVersion = 1
+	// FormatVersion is the data directory format this package writes.
+	// Version 2's WAL entries carry their own index (wal frame version 2),
+	// which a kvidx of format 1 would take for a torn tail and cut: the
+	// format line is what makes an older kvidx refuse the directory
+	// instead. Open upgrades a format 1 directory (whose WAL it reads as
+	// it is) before it appends.
+	FormatVersion = 2
+	// minFormatVersion is the oldest format Open opens.
+	minFormatVersion = 1
 
 	formatMagic = "kvidx-data"
 )
@@ -84,8 +90,8 @@ func checkFormat(dir string, v int) error {
 	if v > FormatVersion {
 		return fmt.Errorf("data dir %s: format version %d is newer than this kvidx reads (%d): upgrade kvidx, do not downgrade a data directory: %w", dir, v, FormatVersion, ErrFormat)
 	}
-	if v != 0 && v != FormatVersion {
-		return fmt.Errorf("data dir %s: format version %d, this kvidx reads %d: %w", dir, v, FormatVersion, ErrFormat)
+	if v != 0 && v < minFormatVersion {
+		return fmt.Errorf("data dir %s: format version %d, this kvidx reads %d to %d: %w", dir, v, minFormatVersion, FormatVersion, ErrFormat)
 	}
 	return nil
 }
@@ -128,12 +134,27 @@ func hasData(dir string) (bool, error) {
 }
 
 // initDir makes dir a new data directory: snapshots dir, then the FORMAT
-// file written to a temporary name, fsynced and renamed, then the
-// directory (and its parent, which may have just got it) fsynced.
+// file (see writeFormat), then the directory's parent, which may have just
+// got it, fsynced.
 func initDir(dir string) error {
 	if err := os.MkdirAll(filepath.Join(dir, SnapshotDirName), 0o750); err != nil {
 		return fmt.Errorf("data dir %s: %w", dir, err)
 	}
+	if err := writeFormat(dir); err != nil {
+		return err
+	}
+	for _, d := range []string{filepath.Join(dir, SnapshotDirName), filepath.Dir(dir)} {
+		if err := syncDir(d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeFormat writes dir's FORMAT file for FormatVersion: to a temporary
+// name, fsynced, renamed, and the directory fsynced, so that a crash leaves
+// the old line or the new one.
+func writeFormat(dir string) error {
 	path := filepath.Join(dir, FormatFileName)
 	tmp := path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o640)
@@ -154,12 +175,7 @@ func initDir(dir string) error {
 		os.Remove(tmp)
 		return fmt.Errorf("data dir %s: write %s: %w", dir, FormatFileName, err)
 	}
-	for _, d := range []string{filepath.Join(dir, SnapshotDirName), dir, filepath.Dir(dir)} {
-		if err := syncDir(d); err != nil {
-			return err
-		}
-	}
-	return nil
+	return syncDir(dir)
 }
 
 func syncDir(dir string) error {

@@ -31,7 +31,7 @@ func TestNewDirAppendReopen(t *testing.T) {
 	if r := s.Report(); !r.Created || r.SnapshotUsed.Path != "" || r.ReplayedEntries != 0 {
 		t.Fatalf("report of a new dir: %+v", r)
 	}
-	if b, err := os.ReadFile(filepath.Join(dir, FormatFileName)); err != nil || string(b) != "kvidx-data 1\n" {
+	if b, err := os.ReadFile(filepath.Join(dir, FormatFileName)); err != nil || string(b) != "kvidx-data 2\n" {
 		t.Fatalf("FORMAT = %q, %v", b, err)
 	}
 	bs := batches(1, 1, 50)
@@ -336,10 +336,10 @@ func TestGapBeforeSnapshotIsHarmless(t *testing.T) {
 
 func TestFormat(t *testing.T) {
 	for _, c := range []struct{ content, want string }{
-		{"kvidx-data 2\n", "format version 2 is newer"},
+		{"kvidx-data 3\n", "format version 3 is newer"},
 		{"kvidx-data x\n", "holds version"},
 		{"something else\n", "FORMAT is"},
-		{"kvidx-data 1", "FORMAT is"},
+		{"kvidx-data 2", "FORMAT is"},
 	} {
 		dir := t.TempDir()
 		os.WriteFile(filepath.Join(dir, FormatFileName), []byte(c.content), 0o640)
@@ -349,6 +349,22 @@ func TestFormat(t *testing.T) {
 		}
 		if _, err := os.Stat(filepath.Join(dir, WALDirName)); !errors.Is(err, os.ErrNotExist) {
 			t.Fatalf("FORMAT %q: refused open created the wal dir", c.content)
+		}
+	}
+	// A format 1 directory (its WAL of version 1 frames) opens, and is
+	// upgraded before anything is appended: a kvidx of format 1 would cut
+	// version 2 frames as a torn tail, and must refuse the directory.
+	{
+		dir := t.TempDir()
+		s := mustOpen(t, dir, testOptions())
+		mustAppend(t, s, genBatch(1, 1))
+		s.Close()
+		os.WriteFile(filepath.Join(dir, FormatFileName), []byte("kvidx-data 1\n"), 0o640)
+		s = mustOpen(t, dir, testOptions())
+		mustAppend(t, s, genBatch(1, 2))
+		s.Close()
+		if b, _ := os.ReadFile(filepath.Join(dir, FormatFileName)); string(b) != "kvidx-data 2\n" {
+			t.Fatalf("FORMAT after opening a format 1 directory: %q", b)
 		}
 	}
 	// Data without a FORMAT file.

@@ -170,6 +170,13 @@ func Open(ctx context.Context, dir string, opts Options) (_ *Store, err error) {
 	} else if err := os.MkdirAll(s.snapDir, 0o750); err != nil {
 		return nil, fmt.Errorf("data dir %s: %w", dir, err)
 	}
+	if v != 0 && v < FormatVersion {
+		// Before anything is appended in the new format (see FormatVersion).
+		if err := writeFormat(dir); err != nil {
+			return nil, err
+		}
+		s.logger.Info("upgraded the data directory's format", "from", v, "to", FormatVersion)
+	}
 	if s.report.TempFilesRemoved, err = snapshot.CleanTemp(s.snapDir); err != nil {
 		return nil, err
 	}

@@ -126,8 +126,9 @@ func TestDryRunFormatAgreesWithOpen(t *testing.T) {
 	}{
 		{"valid", true, "kvidx-data 1\n", false},
 		{"missing next to a WAL", true, "-", true},
-		{"no trailing newline", true, "kvidx-data 1", true},
-		{"newer version", true, "kvidx-data 2\n", true},
+		{"no trailing newline", true, "kvidx-data 2", true},
+		{"newer version", true, "kvidx-data 3\n", true},
+		{"format 1", true, "kvidx-data 1\n", false},
 		{"bad version", true, "kvidx-data x\n", true},
 		{"other magic", true, "kvidx 1\n", true},
 		{"missing in an empty directory", false, "-", false},
