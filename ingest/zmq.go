@@ -89,7 +89,8 @@ type SourceStats struct {
 	HasSeq bool
 	// LastSeq is the sequence number of the last applied batch.
 	LastSeq uint64
-	// HighestSeq is the highest sequence number received (live or replayed).
+	// HighestSeq is the highest sequence number received (live, counted as
+	// it arrives, since the engine's last sequence 0; or replayed).
 	HighestSeq uint64
 	// Lag is HighestSeq - LastSeq (0 when either is unknown or behind).
 	Lag uint64
@@ -702,12 +703,15 @@ func (s *ZMQSource) handle(ctx context.Context, frames [][]byte) error {
 // duplicates are dropped, a live gap asks for a replay, a reset or lost
 // batches clear the worker first. It returns an error only when ctx ends.
 func (s *ZMQSource) deliver(ctx context.Context, seq uint64, payload []byte, replayed bool) error {
-	s.mu.Lock()
-	s.stats.HighestSeq = max(s.stats.HighestSeq, seq)
 	if replayed {
+		// Live batches are counted as they arrive (see received): counted
+		// again here, a queued batch of an engine since restarted would
+		// raise the new engine's count.
+		s.mu.Lock()
+		s.stats.HighestSeq = max(s.stats.HighestSeq, seq)
 		s.stats.ReplayedBatches++
+		s.mu.Unlock()
 	}
-	s.mu.Unlock()
 
 	clear := false
 	if s.have && seq <= s.last {
@@ -746,13 +750,15 @@ func (s *ZMQSource) deliver(ctx context.Context, seq uint64, payload []byte, rep
 	b, err := s.dec.Decode(payload, s.spec.WorkerID)
 	if err != nil {
 		// The batch's effect is unknown: forget the worker. Its position
-		// moves past it only when it is the batch expected next: a
-		// sequence number that jumps may be as garbled as the payload, and
-		// recorded it would drop every real batch below it as a duplicate
-		// (a garbage message with sequence 2^62 stopped the source for
-		// good). A real gap shows again at the next batch.
+		// becomes the batch's sequence unless that jumps ahead: a sequence
+		// that jumps may be as garbled as the payload, and recorded it
+		// would drop every real batch below it as a duplicate (a garbage
+		// message with sequence 2^62 stopped the source for good); a real
+		// gap shows again at the next batch. A sequence 0 after higher
+		// ones (an engine restart) is recorded, or the new engine's next
+		// batches would be dropped as duplicates.
 		s.fail(ReasonDecode, fmt.Errorf("batch %d: %w (clearing the worker)", seq, err))
-		if at := s.next(); seq != at && s.have {
+		if s.have && seq > s.next() {
 			return s.append(ctx, s.clearEvents(nil), s.last, true)
 		}
 		return s.append(ctx, s.clearEvents(nil), seq, true)
@@ -830,7 +836,6 @@ func (s *ZMQSource) append(ctx context.Context, events []engine.Event, seq uint6
 			s.mu.Lock()
 			st := &s.stats
 			st.HasSeq, st.LastSeq = true, seq
-			st.HighestSeq = max(st.HighestSeq, seq)
 			st.LastBatch = time.Now()
 			st.Batches++
 			st.Events += uint64(len(events))

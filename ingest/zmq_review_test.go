@@ -110,3 +110,61 @@ func TestZMQLagCountsQueuedBatches(t *testing.T) {
 		t.Fatalf("lag %d once caught up", s.Lag)
 	}
 }
+
+// An engine restart whose first batch (sequence 0) is undecodable: the
+// position becomes 0, so the new engine's next batches apply (they were
+// dropped as duplicates of the old engine's). Found by review.
+func TestZMQUndecodableRestartBatch(t *testing.T) {
+	ctx := t.Context()
+	st := &fakeStore{}
+	s := NewZMQSource(ZMQSpec{Endpoint: "tcp://x:1", WorkerID: 7}, st, testOptions())
+	for q := range uint64(6) {
+		if err := s.handle(ctx, liveMsg(q, batchPayload(q))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.handle(ctx, liveMsg(0, []byte("garbage"))); err != nil {
+		t.Fatal(err)
+	}
+	for q := uint64(1); q < 4; q++ {
+		if err := s.handle(ctx, liveMsg(q, batchPayload(q))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := st.seqs(), []uint64{0, 1, 2, 3, 4, 5, 0, 1, 2, 3}; !slices.Equal(got, want) {
+		t.Fatalf("positions %v, want %v (stats %+v)", got, want, s.Stats())
+	}
+}
+
+// After an engine restart with the old engine's batches still queued, Lag
+// counts the new engine's batches only, once the old ones are applied (the
+// queued old ones raised HighestSeq again: Lag 47 after catching up).
+// Found by review.
+func TestZMQLagAfterRestartWithBacklog(t *testing.T) {
+	ctx := t.Context()
+	st := &fakeStore{}
+	s := NewZMQSource(ZMQSpec{Endpoint: "tcp://x:1", WorkerID: 7}, st, testOptions())
+	var arrivals [][][]byte
+	for q := range uint64(50) {
+		arrivals = append(arrivals, liveMsg(q, batchPayload(q)))
+	}
+	for q := range uint64(3) {
+		arrivals = append(arrivals, liveMsg(q, batchPayload(q)))
+	}
+	for _, m := range arrivals { // everything arrives before anything applies
+		s.received(m)
+	}
+	for i, m := range arrivals {
+		if err := s.handle(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+		if i == 50 { // the restart applied; batches 1 and 2 wait
+			if st := s.Stats(); st.LastSeq != 0 || st.Lag != 2 {
+				t.Fatalf("after the restart's batch 0: %+v, want LastSeq 0 and Lag 2", st)
+			}
+		}
+	}
+	if st := s.Stats(); st.LastSeq != 2 || st.Lag != 0 || st.HighestSeq != 2 {
+		t.Fatalf("caught up: %+v, want LastSeq 2, HighestSeq 2, Lag 0", st)
+	}
+}

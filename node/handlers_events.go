@@ -86,9 +86,16 @@ func (s *Server) writableStore() (Store, *reply) {
 // shutting down (fasthttp ends a request's context then).
 func (s *Server) appendEvents(st Store, events []engine.Event) (index uint64, results []error, _ *reply) {
 	fail := func(r reply) (uint64, []error, *reply) { return 0, nil, &r }
+	// Counted before the check: a shutdown that ends its drain sets
+	// draining, then reads the count, so it either waits for this batch
+	// or this batch is refused (a batch decoded while the drain timed out
+	// reached the store after Run had called the shutdown clean).
 	s.appending.Add(1)
+	defer s.appending.Add(-1)
+	if s.draining.Load() {
+		return fail(retryReply("shutting down"))
+	}
 	index, results, err := st.Append(context.Background(), events, nil)
-	s.appending.Add(-1)
 	switch {
 	case err == nil:
 		if results != nil && len(results) != len(events) {

@@ -425,3 +425,19 @@ func TestShutdownDrainTimeout(t *testing.T) {
 		})
 	}
 }
+
+// A batch that reaches appendEvents once the drain has ended (decoded while
+// it timed out) is refused, not appended after Run called the shutdown
+// clean; one counted before is what the drain reports. Found by review.
+func TestAppendAfterDrainRefused(t *testing.T) {
+	srv, st := newServerOnFake(DefaultConfig())
+	srv.draining.Store(true)
+	ev := []engine.Event{{Worker: engine.WorkerKey{WorkerID: 1}, Kind: engine.KindStored, Blocks: []engine.Block{{BlockHash: 1, TokensHash: 1}}}}
+	_, _, rep := srv.appendEvents(st, ev)
+	if rep == nil || rep.code != http.StatusServiceUnavailable {
+		t.Fatalf("append while draining: %+v, want a 503", rep)
+	}
+	if a, _ := st.counts(); a != 0 || srv.appending.Load() != 0 {
+		t.Fatalf("%d appends, %d counted, want none", a, srv.appending.Load())
+	}
+}
