@@ -36,9 +36,10 @@
 //     or a replay that starts past the requested sequence because the
 //     engine's buffer moved on) the worker is cleared before the batch:
 //     its missed events are gone;
-//   - undecodable: counted, the worker cleared, the position moved past it
-//     when it is the batch expected next (a sequence that jumps may be as
-//     garbled as the payload, and is not recorded);
+//   - undecodable: counted, the worker cleared (the ranks this source
+//     fed), the position moved to it unless its sequence jumps ahead or
+//     nothing was applied yet (a sequence may be as garbled as the
+//     payload; a restart's sequence 0 is recorded);
 //   - BlockStored token ids are hashed as any token list: full blocks
 //     only, a trailing partial block dropped.
 //

@@ -758,7 +758,12 @@ func (s *ZMQSource) deliver(ctx context.Context, seq uint64, payload []byte, rep
 		// ones (an engine restart) is recorded, or the new engine's next
 		// batches would be dropped as duplicates.
 		s.fail(ReasonDecode, fmt.Errorf("batch %d: %w (clearing the worker)", seq, err))
-		if s.have && seq > s.next() {
+		switch {
+		case !s.have:
+			// Nothing applied yet: nothing to forget (no rank seen), and
+			// no position to keep.
+			return nil
+		case seq > s.next():
 			return s.append(ctx, s.clearEvents(nil), s.last, true)
 		}
 		return s.append(ctx, s.clearEvents(nil), seq, true)

@@ -168,3 +168,23 @@ func TestZMQLagAfterRestartWithBacklog(t *testing.T) {
 		t.Fatalf("caught up: %+v, want LastSeq 2, HighestSeq 2, Lag 0", st)
 	}
 }
+
+// A garbled first message (nothing applied yet) records no position: with
+// its sequence 2^62 as the position, a source that joins mid-stream
+// dropped every real batch as a duplicate.
+func TestZMQGarbageFirstMessage(t *testing.T) {
+	ctx := t.Context()
+	st := &fakeStore{}
+	s := NewZMQSource(ZMQSpec{Endpoint: "tcp://x:1", WorkerID: 7}, st, testOptions())
+	if err := s.handle(ctx, liveMsg(1<<62, []byte("garbage"))); err != nil {
+		t.Fatal(err)
+	}
+	for q := uint64(5); q < 8; q++ {
+		if err := s.handle(ctx, liveMsg(q, batchPayload(q))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := st.seqs(), []uint64{5, 6, 7}; !slices.Equal(got, want) {
+		t.Fatalf("positions %v, want %v (stats %+v)", got, want, s.Stats())
+	}
+}
