@@ -758,6 +758,15 @@ func (s *ZMQSource) deliver(ctx context.Context, seq uint64, payload []byte, rep
 		// ones (an engine restart) is recorded, or the new engine's next
 		// batches would be dropped as duplicates.
 		s.fail(ReasonDecode, fmt.Errorf("batch %d: %w (clearing the worker)", seq, err))
+		if !s.have || seq > s.next() {
+			// Its sequence is not taken: nor is it the highest received
+			// (counted at arrival, it held Lag near 2^62 for good).
+			s.mu.Lock()
+			if s.stats.HighestSeq == seq {
+				s.stats.HighestSeq = s.last
+			}
+			s.mu.Unlock()
+		}
 		switch {
 		case !s.have:
 			// Nothing applied yet: nothing to forget (no rank seen), and

@@ -188,3 +188,28 @@ func TestZMQGarbageFirstMessage(t *testing.T) {
 		t.Fatalf("positions %v, want %v (stats %+v)", got, want, s.Stats())
 	}
 }
+
+// A garbled message's sequence, counted at arrival, does not stay the
+// highest received: Lag stayed near 2^62 for good. Found by review.
+func TestZMQGarbageSequenceLeavesNoLag(t *testing.T) {
+	for _, first := range []bool{true, false} {
+		ctx := t.Context()
+		s := NewZMQSource(ZMQSpec{Endpoint: "tcp://x:1", WorkerID: 7}, &fakeStore{}, testOptions())
+		arrive := func(m [][]byte) { // as subLoop and Run do
+			s.received(m)
+			if err := s.handle(ctx, m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !first {
+			arrive(liveMsg(4, batchPayload(4)))
+		}
+		arrive(liveMsg(1<<62, []byte("garbage")))
+		for q := uint64(5); q < 8; q++ {
+			arrive(liveMsg(q, batchPayload(q)))
+		}
+		if st := s.Stats(); st.LastSeq != 7 || st.HighestSeq != 7 || st.Lag != 0 {
+			t.Fatalf("garbage first %v: stats %+v, want LastSeq 7, HighestSeq 7, Lag 0", first, st)
+		}
+	}
+}

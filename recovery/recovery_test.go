@@ -366,6 +366,23 @@ func TestFormat(t *testing.T) {
 		if b, _ := os.ReadFile(filepath.Join(dir, FormatFileName)); string(b) != "kvidx-data 2\n" {
 			t.Fatalf("FORMAT after opening a format 1 directory: %q", b)
 		}
+		// An Open that refuses a format 1 directory leaves its FORMAT as it
+		// was (it was upgraded before the refusal). Found by review.
+		os.WriteFile(filepath.Join(dir, FormatFileName), []byte("kvidx-data 1\n"), 0o640)
+		os.RemoveAll(filepath.Join(dir, SnapshotDirName))
+		segs, _ := filepath.Glob(filepath.Join(dir, WALDirName, "0*"))
+		b, err := os.ReadFile(segs[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		b[3] ^= 0xff // entry 1's CRC: damage that a valid entry follows
+		os.WriteFile(segs[0], b, 0o640)
+		if _, err := Open(context.Background(), dir, testOptions()); !errors.Is(err, wal.ErrCorrupt) {
+			t.Fatalf("a directory damaged inside its WAL: Open = %v", err)
+		}
+		if b, _ := os.ReadFile(filepath.Join(dir, FormatFileName)); string(b) != "kvidx-data 1\n" {
+			t.Fatalf("FORMAT after a refused open: %q", b)
+		}
 	}
 	// Data without a FORMAT file.
 	dir := t.TempDir()

@@ -170,13 +170,6 @@ func Open(ctx context.Context, dir string, opts Options) (_ *Store, err error) {
 	} else if err := os.MkdirAll(s.snapDir, 0o750); err != nil {
 		return nil, fmt.Errorf("data dir %s: %w", dir, err)
 	}
-	if v != 0 && v < FormatVersion {
-		// Before anything is appended in the new format (see FormatVersion).
-		if err := writeFormat(dir); err != nil {
-			return nil, err
-		}
-		s.logger.Info("upgraded the data directory's format", "from", v, "to", FormatVersion)
-	}
 	if s.report.TempFilesRemoved, err = snapshot.CleanTemp(s.snapDir); err != nil {
 		return nil, err
 	}
@@ -203,6 +196,15 @@ func Open(ctx context.Context, dir string, opts Options) (_ *Store, err error) {
 	s.report.TornBytesDropped = s.log.Stats().TornBytesDropped
 	if err := s.recover(ctx); err != nil {
 		return nil, err
+	}
+	if v != 0 && v < FormatVersion {
+		// Once the directory is known good (an Open that refuses it must
+		// leave it as it was, for the kvidx that wrote it), and before
+		// anything is appended in the new format (see FormatVersion).
+		if err := writeFormat(dir); err != nil {
+			return nil, err
+		}
+		s.logger.Info("upgraded the data directory's format", "from", v, "to", FormatVersion)
 	}
 	s.report.Duration = time.Since(start)
 	r := &s.report
