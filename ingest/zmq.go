@@ -656,10 +656,10 @@ func (s *ZMQSource) subLoop(ctx context.Context, out chan<- queued, budget *sema
 // when they were taken off it, Lag showed 1 with 49 batches waiting). A
 // sequence 0 starts the count again: the engine restarted.
 func (s *ZMQSource) received(frames [][]byte) {
-	if len(frames) != 3 || len(frames[1]) != 8 {
-		return
+	seq, _, err := liveSeq(frames)
+	if err != nil {
+		return // handle counts it
 	}
-	seq := binary.BigEndian.Uint64(frames[1])
 	s.mu.Lock()
 	if seq == 0 {
 		s.stats.HighestSeq = 0
@@ -688,15 +688,24 @@ func (s *ZMQSource) queuedBytes(frames [][]byte) int64 {
 
 // handle applies one live message. It returns an error only when ctx ends.
 func (s *ZMQSource) handle(ctx context.Context, frames [][]byte) error {
-	if len(frames) != 3 {
-		s.fail(ReasonFrames, fmt.Errorf("message of %d frames, want 3 (topic, seq, payload)", len(frames)))
+	seq, reason, err := liveSeq(frames)
+	if err != nil {
+		s.fail(reason, err)
 		return nil
+	}
+	return s.deliver(ctx, seq, frames[2], false)
+}
+
+// liveSeq returns a live message's sequence number, or why the message is
+// malformed (a reason for the error counts, and the error).
+func liveSeq(frames [][]byte) (seq uint64, reason string, err error) {
+	if len(frames) != 3 {
+		return 0, ReasonFrames, fmt.Errorf("message of %d frames, want 3 (topic, seq, payload)", len(frames))
 	}
 	if len(frames[1]) != 8 {
-		s.fail(ReasonSeq, fmt.Errorf("sequence frame of %d bytes, want 8", len(frames[1])))
-		return nil
+		return 0, ReasonSeq, fmt.Errorf("sequence frame of %d bytes, want 8", len(frames[1]))
 	}
-	return s.deliver(ctx, binary.BigEndian.Uint64(frames[1]), frames[2], false)
+	return binary.BigEndian.Uint64(frames[1]), "", nil
 }
 
 // deliver applies the batch seq (live, or replayed) in sequence order:
@@ -758,24 +767,22 @@ func (s *ZMQSource) deliver(ctx context.Context, seq uint64, payload []byte, rep
 		// ones (an engine restart) is recorded, or the new engine's next
 		// batches would be dropped as duplicates.
 		s.fail(ReasonDecode, fmt.Errorf("batch %d: %w (clearing the worker)", seq, err))
-		if !s.have || seq > s.next() {
-			// Its sequence is not taken: nor is it the highest received
-			// (counted at arrival, it held Lag near 2^62 for good).
-			s.mu.Lock()
-			if s.stats.HighestSeq == seq {
-				s.stats.HighestSeq = s.last
-			}
-			s.mu.Unlock()
+		if s.have && seq <= s.next() {
+			return s.append(ctx, s.clearEvents(nil), seq, true)
 		}
-		switch {
-		case !s.have:
+		// Its sequence is not taken: nor does it stay the highest received
+		// (counted at arrival, it held Lag near 2^62 for good).
+		s.mu.Lock()
+		if s.stats.HighestSeq == seq {
+			s.stats.HighestSeq = s.last
+		}
+		s.mu.Unlock()
+		if !s.have {
 			// Nothing applied yet: nothing to forget (no rank seen), and
 			// no position to keep.
 			return nil
-		case seq > s.next():
-			return s.append(ctx, s.clearEvents(nil), s.last, true)
 		}
-		return s.append(ctx, s.clearEvents(nil), seq, true)
+		return s.append(ctx, s.clearEvents(nil), s.last, true)
 	}
 	if _, known := s.ranks[b.DPRank]; !known && len(s.ranks) >= maxDPRanks {
 		// Like an undecodable batch: its events are not applied, and the

@@ -44,22 +44,11 @@ func TestZMQDecodeErrorKeepsOtherSourcesRanks(t *testing.T) {
 // become the position: real batches below it were dropped as duplicates,
 // for good (the position is in the WAL).
 func TestZMQGarbageSequenceIsNotRecorded(t *testing.T) {
-	ctx := t.Context()
 	st := &fakeStore{}
 	s := NewZMQSource(ZMQSpec{Endpoint: "tcp://x:1", WorkerID: 7}, st, testOptions())
-	for q := range uint64(3) {
-		if err := s.handle(ctx, liveMsg(q, batchPayload(q))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := s.handle(ctx, liveMsg(1<<62, []byte("garbage"))); err != nil {
-		t.Fatal(err)
-	}
-	for q := uint64(3); q < 6; q++ {
-		if err := s.handle(ctx, liveMsg(q, batchPayload(q))); err != nil {
-			t.Fatal(err)
-		}
-	}
+	handleBatches(t, s, 0, 3)
+	handleBatch(t, s, liveMsg(1<<62, []byte("garbage")))
+	handleBatches(t, s, 3, 6)
 	// The garbage batch is recorded at the last good position (with its
 	// clear), and batches 3..5 are applied after it.
 	if got, want := st.seqs(), []uint64{0, 1, 2, 2, 3, 4, 5}; !slices.Equal(got, want) {
@@ -115,22 +104,11 @@ func TestZMQLagCountsQueuedBatches(t *testing.T) {
 // position becomes 0, so the new engine's next batches apply (they were
 // dropped as duplicates of the old engine's). Found by review.
 func TestZMQUndecodableRestartBatch(t *testing.T) {
-	ctx := t.Context()
 	st := &fakeStore{}
 	s := NewZMQSource(ZMQSpec{Endpoint: "tcp://x:1", WorkerID: 7}, st, testOptions())
-	for q := range uint64(6) {
-		if err := s.handle(ctx, liveMsg(q, batchPayload(q))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := s.handle(ctx, liveMsg(0, []byte("garbage"))); err != nil {
-		t.Fatal(err)
-	}
-	for q := uint64(1); q < 4; q++ {
-		if err := s.handle(ctx, liveMsg(q, batchPayload(q))); err != nil {
-			t.Fatal(err)
-		}
-	}
+	handleBatches(t, s, 0, 6)
+	handleBatch(t, s, liveMsg(0, []byte("garbage")))
+	handleBatches(t, s, 1, 4)
 	if got, want := st.seqs(), []uint64{0, 1, 2, 3, 4, 5, 0, 1, 2, 3}; !slices.Equal(got, want) {
 		t.Fatalf("positions %v, want %v (stats %+v)", got, want, s.Stats())
 	}
@@ -173,17 +151,10 @@ func TestZMQLagAfterRestartWithBacklog(t *testing.T) {
 // its sequence 2^62 as the position, a source that joins mid-stream
 // dropped every real batch as a duplicate.
 func TestZMQGarbageFirstMessage(t *testing.T) {
-	ctx := t.Context()
 	st := &fakeStore{}
 	s := NewZMQSource(ZMQSpec{Endpoint: "tcp://x:1", WorkerID: 7}, st, testOptions())
-	if err := s.handle(ctx, liveMsg(1<<62, []byte("garbage"))); err != nil {
-		t.Fatal(err)
-	}
-	for q := uint64(5); q < 8; q++ {
-		if err := s.handle(ctx, liveMsg(q, batchPayload(q))); err != nil {
-			t.Fatal(err)
-		}
-	}
+	handleBatch(t, s, liveMsg(1<<62, []byte("garbage")))
+	handleBatches(t, s, 5, 8)
 	if got, want := st.seqs(), []uint64{5, 6, 7}; !slices.Equal(got, want) {
 		t.Fatalf("positions %v, want %v (stats %+v)", got, want, s.Stats())
 	}
@@ -211,5 +182,21 @@ func TestZMQGarbageSequenceLeavesNoLag(t *testing.T) {
 		if st := s.Stats(); st.LastSeq != 7 || st.HighestSeq != 7 || st.Lag != 0 {
 			t.Fatalf("garbage first %v: stats %+v, want LastSeq 7, HighestSeq 7, Lag 0", first, st)
 		}
+	}
+}
+
+// handleBatches handles the live batches from..to-1, as the source's loop does.
+func handleBatches(t *testing.T, s *ZMQSource, from, to uint64) {
+	t.Helper()
+	for q := from; q < to; q++ {
+		handleBatch(t, s, liveMsg(q, batchPayload(q)))
+	}
+}
+
+// handleBatch handles one live message.
+func handleBatch(t *testing.T, s *ZMQSource, m [][]byte) {
+	t.Helper()
+	if err := s.handle(t.Context(), m); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -452,9 +452,7 @@ func DamageRefusal(dataDir string, err error) string {
 	}
 	snaps, lerr := snapshot.List(filepath.Join(dataDir, SnapshotDirName))
 	if lerr != nil || len(snaps) == 0 || snaps[0].Index < de.Entry {
-		return fmt.Sprintf("%s; to drop entry %d and every later one, stop kvidx and run "+
-			"kvidx wal repair %s --truncate-after %d --yes (it keeps a copy of what it cuts)",
-			de.Where(), de.Entry, dataDir, de.Entry-1)
+		return de.Refusal(dataDir)
 	}
 	return fmt.Sprintf("%s; snapshot %s holds every entry up to %d, the damaged entry %d included: if it is good, "+
 		"kvidx wal repair %s --truncate-before %d --yes drops the entries up to %d (it verifies that snapshot first) and loses nothing acknowledged "+

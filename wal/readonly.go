@@ -321,8 +321,7 @@ func walkOnce(dir string, from, to uint64, fn func(Entry) error) (lay Layout, va
 						// The scan's range ends before the damage, and every
 						// entry of it was read whole: salvaging the entries
 						// before damage is what such a scan is for.
-						lay.Damage = append(lay.Damage, Damage{Segment: s.name, Offset: int64(good), Index: derr.Entry,
-							Desc: fmt.Sprintf("invalid and followed by a valid entry at offset %d (damage inside the log, not a torn tail)", p)})
+						lay.Damage = append(lay.Damage, Damage{Segment: s.name, Offset: int64(good), Index: derr.Entry, Desc: derr.what()})
 						return lay, false, passed, scanErr
 					}
 					return lay, false, passed, derr

@@ -453,15 +453,25 @@ type DamageError struct {
 }
 
 func (e *DamageError) Error() string {
+	return fmt.Sprintf("%s: %v", e.Refusal("DATA_DIR"), ErrCorrupt)
+}
+
+// Refusal is the message without its error kind, its repair command naming
+// dataDir.
+func (e *DamageError) Refusal(dataDir string) string {
 	return fmt.Sprintf("%s; to drop entry %d and every later one, stop kvidx and run "+
-		"kvidx wal repair DATA_DIR --truncate-after %d --yes (it keeps a copy of what it cuts): %v",
-		e.Where(), e.Entry, e.Entry-1, ErrCorrupt)
+		"kvidx wal repair %s --truncate-after %d --yes (it keeps a copy of what it cuts)",
+		e.Where(), e.Entry, dataDir, e.Entry-1)
 }
 
 // Where is the message's account of the damage alone, without the way out.
 func (e *DamageError) Where() string {
-	return fmt.Sprintf("wal %s: segment %s offset %d: entry %d is invalid and followed by a valid entry at offset %d "+
-		"(damage inside the log, not a torn tail)", e.Dir, e.Segment, e.Offset, e.Entry, e.Next)
+	return fmt.Sprintf("wal %s: segment %s offset %d: entry %d is %s", e.Dir, e.Segment, e.Offset, e.Entry, e.what())
+}
+
+// what is the damage, as a Damage of a layout describes it.
+func (e *DamageError) what() string {
+	return fmt.Sprintf("invalid and followed by a valid entry at offset %d (damage inside the log, not a torn tail)", e.Next)
 }
 
 func (e *DamageError) Unwrap() error { return ErrCorrupt }
