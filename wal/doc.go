@@ -45,6 +45,18 @@
 // The directory is fsynced after open, tail repair, TruncateFront and each
 // segment rollover (tidwall/wal never does it).
 //
+// # Preallocated tail
+//
+// While the log is open its last segment is filled with zero bytes up to
+// [Options.SegmentSize], and tidwall/wal's appends overwrite them in place:
+// an fsync that writes into blocks the file already has skips the journal
+// commit an appending one needs, which made group commit over half again as
+// fast here. Only the last segment ever ends in zeros (tidwall/wal moves to
+// a new segment once entries reach that size). No frame is all zeros, so
+// the zeros after the last valid entry are unused space, not a torn tail:
+// [Open] and [Log.Close] trim them, and the read-only walk reports them as
+// [Layout].UnusedBytes. A partial entry followed by zeros is a torn tail.
+//
 // # Recovery
 //
 // [Open] repairs a torn tail before tidwall/wal sees it (tidwall's Open fails

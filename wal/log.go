@@ -338,8 +338,8 @@ func (l *Log) open() error {
 	return nil
 }
 
-// reopenTail (re)opens Log's descriptor on the last segment file and
-// resets the rollover mirror. Called with fdMu held or before the
+// reopenTail (re)opens Log's descriptor on the last segment file, resets
+// the rollover mirror and preallocates the segment (see prealloc.go). Called with fdMu held or before the
 // goroutines start.
 func (l *Log) reopenTail() error {
 	segs, err := listSegments(l.dir)
@@ -363,6 +363,7 @@ func (l *Log) reopenTail() error {
 		l.tailFile.Close()
 	}
 	l.tailFile, l.tailSize = f, int(fi.Size())
+	extendTail(f, fi.Size(), int64(l.opts.SegmentSize), l.logger)
 	return nil
 }
 
@@ -909,6 +910,12 @@ func (l *Log) Close() error {
 	l.fdMu.Unlock()
 	if err := l.tw.Close(); err != nil && l.fenced() == nil {
 		errs = append(errs, fmt.Errorf("wal %s: close: %w", l.dir, err))
+	}
+	// A fenced log's files are left as they are for the next Open.
+	if len(errs) == 0 {
+		if err := trimUnused(l.dir); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if l.ownLock {
 		if err := l.lock.Unlock(); err != nil {

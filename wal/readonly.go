@@ -54,6 +54,10 @@ type Layout struct {
 	TornSegment string `json:"torn_segment,omitempty"`
 	TornOffset  int64  `json:"torn_offset,omitempty"`
 	TornBytes   int64  `json:"torn_bytes"`
+	// UnusedBytes are the zero bytes that end the last segment after its
+	// entries: space a running writer preallocated (or one that stopped
+	// without closing the log), not part of the log and not damage.
+	UnusedBytes int64 `json:"unused_bytes"`
 	// Gaps describe missing or unreadable runs of entries between segments
 	// (as recovery finds them); Damage, entries failing their checks
 	// elsewhere than a torn tail, each naming the segment and byte offset.
@@ -214,6 +218,10 @@ func walkOnce(dir string, from, to uint64, fn func(Entry) error) (lay Layout, va
 		info := SegmentInfo{Name: s.name, FirstIndex: s.index, Bytes: int64(len(data))}
 		lay.Bytes += int64(len(data))
 		last := si == len(segs)-1
+		if last {
+			lay.UnusedBytes = int64(unusedTail(data))
+			data = data[:len(data)-int(lay.UnusedBytes)]
+		}
 		if si > 0 {
 			switch {
 			case next < s.index:

@@ -149,6 +149,15 @@ func repairTail(dir string, logger *slog.Logger) (int64, error) {
 	if good == len(data) {
 		return 0, nil
 	}
+	if allZero(data[good:]) {
+		// The writer's preallocated space (see prealloc.go), or entries
+		// whose bytes never reached the disk: nothing torn.
+		if err := truncateSync(path, int64(good)); err != nil {
+			return 0, fmt.Errorf("wal %s: segment %s offset %d: trim unused space: %w", dir, name, good, err)
+		}
+		logger.Debug("wal: trimmed unused space", "dir", dir, "segment", name, "offset", good, "bytes", len(data)-good)
+		return 0, nil
+	}
 	if p := nextValid(data, good); p >= 0 {
 		return 0, &DamageError{Dir: dir, Segment: name, Offset: int64(good), Next: int64(p), Entry: first + uint64(count)}
 	}
@@ -276,6 +285,7 @@ func RepairTruncateAfter(dir string, index uint64, backupDir string) (err error)
 	if err != nil {
 		return fmt.Errorf("wal %s: segment %s: %w", dir, tail.name, err)
 	}
+	tailData = inUse(tailData)
 	if last := tail.index + countEntries(tailData) - 1; index > last {
 		return fmt.Errorf("wal %s: index %d is past the last entry %d: %w", dir, index, last, ErrNothingToCut)
 	}
@@ -294,6 +304,9 @@ func RepairTruncateAfter(dir string, index uint64, backupDir string) (err error)
 	data, err := os.ReadFile(filepath.Join(dir, seg.name))
 	if err != nil {
 		return fmt.Errorf("wal %s: segment %s: %w", dir, seg.name, err)
+	}
+	if si == len(segs)-1 {
+		data = inUse(data)
 	}
 	off := 0
 	for i := seg.index; i < cut; i++ {
@@ -563,6 +576,9 @@ func repairTruncateBefore(dir string, index uint64, backupDir string, dropUnloca
 	data, err := os.ReadFile(filepath.Join(dir, seg.name))
 	if err != nil {
 		return 0, fmt.Errorf("wal %s: segment %s: %w", dir, seg.name, err)
+	}
+	if si == len(segs)-1 {
+		data = inUse(data)
 	}
 	framed, whole := 0, uint64(0) // bytes and entries of the segment's whole frames
 	for {

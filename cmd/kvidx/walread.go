@@ -159,6 +159,7 @@ type walStat struct {
 	TornSegment      string            `json:"torn_segment,omitempty"`
 	TornOffset       int64             `json:"torn_offset,omitempty"`
 	TornBytes        int64             `json:"torn_bytes"`
+	UnusedBytes      int64             `json:"unused_bytes"`
 	Pending          string            `json:"pending_truncation,omitempty"`
 	Ignored          []string          `json:"ignored_segments,omitempty"`
 	Gaps             []string          `json:"gaps,omitempty"`
@@ -179,7 +180,8 @@ segment file with its whole entries and size, the total bytes, the compression r
 batch bytes over framed entry bytes) and the torn-tail status: whether the
 last segment ends in a partial or invalid entry that opening the log would cut
 off, and how many bytes. On a running server a torn tail can simply be an
-entry being written.
+entry being written. A running server also preallocates its last segment:
+the zero bytes after the last entry are reported as unused bytes, not damage.
 
 Gaps between segments and damaged entries are listed with the segment file
 and byte offset. The exit status is 1 when the log could not be opened as it
@@ -197,7 +199,7 @@ is (damage followed by valid entries in the last segment).`,
 				FirstIndex: lay.FirstIndex, LastIndex: lay.LastIndex, Entries: lay.Entries, Segments: lay.Segments, Bytes: lay.Bytes,
 				FramedBytes: lay.FramedBytes, DecodedBytes: lay.DecodedBytes,
 				TornTail: lay.TornBytes > 0, TornSegment: lay.TornSegment, TornOffset: lay.TornOffset, TornBytes: lay.TornBytes,
-				Pending: lay.Pending, Ignored: lay.Ignored,
+				UnusedBytes: lay.UnusedBytes, Pending: lay.Pending, Ignored: lay.Ignored,
 			}
 			if st.Segments == nil {
 				st.Segments = []wal.SegmentInfo{}
@@ -248,6 +250,9 @@ func writeWALStatText(w io.Writer, st *walStat) error {
 		row("torn tail", fmt.Sprintf("yes: %d bytes at offset %d of %s (opening the log cuts them)", st.TornBytes, st.TornOffset, st.TornSegment))
 	} else {
 		row("torn tail", "no")
+	}
+	if st.UnusedBytes > 0 {
+		row("unused bytes", fmt.Sprintf("%d (zeros the writer preallocated after the last entry)", st.UnusedBytes))
 	}
 	if st.Pending != "" {
 		row("pending truncation", st.Pending)
