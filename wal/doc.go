@@ -47,15 +47,21 @@
 //
 // # Preallocated tail
 //
-// While the log is open its last segment is filled with zero bytes up to
-// [Options.SegmentSize], and tidwall/wal's appends overwrite them in place:
-// an fsync that writes into blocks the file already has skips the journal
-// commit an appending one needs, which made group commit over half again as
-// fast here. Only the last segment ever ends in zeros (tidwall/wal moves to
-// a new segment once entries reach that size). No frame is all zeros, so
-// the zeros after the last valid entry are unused space, not a torn tail:
-// [Open] and [Log.Close] trim them, and the read-only walk reports them as
-// [Layout].UnusedBytes. A partial entry followed by zeros is a torn tail.
+// While the log is open its last segment is filled up to
+// [Options.SegmentSize] with a fill byte (0xA5), and tidwall/wal's appends
+// overwrite the fill in place: an fsync that writes into blocks the file
+// already has skips the journal commit an appending one needs, which made
+// group commit about half again as fast here. Only the last segment ever
+// ends in fill (tidwall/wal moves to a new segment once entries reach that
+// size). Fill from the end of the entries to the end of the segment is
+// unused space, not a torn tail: [Open] and [Log.Close] trim it, and the
+// read-only walk reports it as [Layout].UnusedBytes. Anything else after
+// the entries (a partial entry, zeros) is a torn tail. Overwriting in place
+// means that a power loss can keep an older page of the segment under a
+// newer one: a hole of fill, then valid entries that no fsync completed.
+// A whole page of fill, or fill from the break to a page boundary, cannot
+// come from damage to written entries, so Open cuts it as a torn tail
+// rather than refusing it as damage inside the log (see prealloc.go).
 //
 // # Recovery
 //

@@ -360,6 +360,12 @@ func (l *Log) reopenTail() error {
 		return fmt.Errorf("wal %s: segment %s: %w", l.dir, name, err)
 	}
 	if l.tailFile != nil {
+		if old, err := l.tailFile.Stat(); err == nil && os.SameFile(old, fi) {
+			// TruncateFront left the tail segment as it was: its size
+			// includes the fill, and the rollover mirror is still right.
+			f.Close()
+			return nil
+		}
 		l.tailFile.Close()
 	}
 	l.tailFile, l.tailSize = f, int(fi.Size())

@@ -2,57 +2,96 @@ package wal
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 )
 
-// The tail segment is preallocated: when Log's descriptor moves to a tail
-// segment shorter than Options.SegmentSize, it writes zero bytes from the
-// segment's end up to that size, and tidwall/wal's writes, made at its own
-// file offset (the end of the entries), overwrite them in place. An fsync
-// that only has to write data into blocks the file already has needs no
-// journal commit for a new size and new blocks: on this project's VMs
-// (ext4) a probe made 3,000–4,600 such fsyncs a second against 1,800–2,600
-// appending ones, and BenchmarkAppend with 64 producers made 0.97–1.19M
-// durable block ops/s against 0.63–0.73M in alternating runs (1.67–2.03M
-// against 1.25–1.37M while the disk was quick; docs/performance.md).
+// The tail segment is preallocated: when Log's descriptor moves to a new
+// tail segment shorter than Options.SegmentSize, it fills the segment from
+// its end up to that size with fillByte, and tidwall/wal's writes, made at
+// its own file offset (the end of the entries), overwrite the fill in place.
+// An fsync that only has to write data into blocks the file already has
+// needs no journal commit for a new size and new blocks: on this project's
+// VMs (ext4) a probe made 3,000–4,600 such fsyncs a second against
+// 1,800–2,600 appending ones, and BenchmarkAppend with 64 producers made
+// 0.97–1.19M durable block ops/s against 0.63–0.73M in alternating runs
+// (1.67–2.03M against 1.25–1.37M while the disk was quick;
+// docs/performance.md).
 //
-// A segment is only ever extended up to Options.SegmentSize, and
-// tidwall/wal moves to a new segment once the entries reach that size, so
-// a segment other than the last never ends in zeros. The last one does
-// while the log is open, and after a crash: a kvidx frame is never all
-// zeros (tidwall/wal would read each zero byte as an empty entry), so the
-// zero bytes after the last valid entry are unused space, not a torn
-// tail. Open trims them quietly before tidwall/wal reads the segment,
-// Close trims them, and every reader of the last segment leaves them out
-// (see unusedTail). Zero bytes after a partial entry are part of a torn
-// tail, cut and counted as before.
+// A segment is only ever filled up to Options.SegmentSize, and tidwall/wal
+// moves to a new segment once the entries reach that size, so a segment
+// other than the last never ends in fill. The last one does while the log
+// is open, and after a crash. Fill that follows the entries, up to the end
+// of the segment, is unused space: Open trims it quietly before tidwall/wal
+// reads the segment (it would fail on it), Close trims it, and every reader
+// of the last segment leaves it out (see unusedTail). Anything else after
+// the entries is a torn tail, cut, logged and counted as before: zeros
+// included (a lost write, not the writer's fill).
+//
+// Overwriting in place has one consequence appending had not: after a power
+// loss (not a process crash, which leaves the page cache to the kernel), a
+// page of the segment may have kept its older contents while a later page
+// holds newer entries, and a reader racing the writer can see the same.
+// Such a hole holds fill, and nothing after it was acknowledged under
+// SyncAlways (the fsync acknowledging an entry writes every page before
+// it), so it is a torn tail too, not damage inside the log: see unwritten.
 
-// extendTail writes zero bytes to f, the tail segment of size bytes, up to
-// target bytes. It is an optimisation: a failure (a full disk) is logged
-// and the log goes on without it; zeros it did write are unused space.
+// fillByte makes up the unused space. Not zero, so that entries zeroed by a
+// lost write stay a torn tail. More than binary.MaxVarintLen64 fill bytes
+// never start an entry (a uvarint length is at most 10 bytes, the last
+// below 0x80), and a whole page of them never lies inside one (the payload
+// is snappy-compressed, which encodes a run as a copy). Nor can fill
+// complete the frame of a torn entry: the CRC-32C of no run of fill up to
+// 16 MiB is four fill bytes (0xFF would not do: the CRC-32C of four 0xFF
+// bytes is 0xFFFFFFFF; TestFillCompletesNoFrame).
+const fillByte = 0xA5
+
+// pageBytes is the unit in which a crash keeps or loses written data.
+const pageBytes = 4096
+
+// extendTail fills f, the tail segment of size bytes, up to target bytes.
+// It is an optimisation: a failure (a full disk) is logged and the log goes
+// on without it; fill it did write is unused space.
 func extendTail(f *os.File, size, target int64, logger *slog.Logger) {
 	if size >= target {
 		return
 	}
-	if _, err := f.WriteAt(make([]byte, target-size), size); err != nil {
+	fill := bytes.Repeat([]byte{fillByte}, int(target-size))
+	if _, err := f.WriteAt(fill, size); err != nil {
 		logger.Warn("wal: could not preallocate the tail segment; appends make it grow",
 			"segment", f.Name(), "size", size, "target", target, "err", err)
 	}
 }
 
-// unusedTail returns how many bytes at the end of data, a last segment's
-// contents, are unused preallocated space: the zero bytes after its longest
-// prefix of complete valid entries, when nothing but zeros follows it.
-func unusedTail(data []byte) int {
-	good, _ := scanValid(data)
-	rest := data[good:]
-	if len(rest) == 0 || !allZero(rest) {
-		return 0
+// fillRun returns how many fill bytes b starts with.
+func fillRun(b []byte) int {
+	n := 0
+	for n < len(b) && b[n] == fillByte {
+		n++
 	}
-	return len(rest)
+	return n
+}
+
+// unusedTail returns how many bytes at the end of data, a last segment's
+// contents, are unused space: fill from a boundary of its framing to the
+// end. The entries before it need not be valid (damage is judged on the
+// rest), but a framing that breaks before the fill makes it part of a torn
+// tail.
+func unusedTail(data []byte) int {
+	for off := 0; off < len(data); {
+		if fillRun(data[off:]) == len(data)-off {
+			return len(data) - off
+		}
+		_, n, ok := nextEntry(data[off:])
+		if !ok {
+			return 0
+		}
+		off += n
+	}
+	return 0
 }
 
 // inUse returns data, a last segment's contents, without its unused space.
@@ -60,22 +99,27 @@ func inUse(data []byte) []byte {
 	return data[:len(data)-unusedTail(data)]
 }
 
-func allZero(b []byte) bool {
-	var zeros [4096]byte
-	for len(b) > 0 {
-		n := min(len(b), len(zeros))
-		if !bytes.Equal(b[:n], zeros[:n]) {
-			return false
-		}
-		b = b[n:]
+// unwritten reports whether what lies between the last valid entry, ending
+// at off, and the next valid entry, starting at next, of a last segment is
+// pages a crash (or a read racing the writer) saw unwritten: fill from off
+// to a page boundary, or a whole page of fill. Neither can come from damage
+// to written entries.
+func unwritten(data []byte, off, next int) bool {
+	if r := fillRun(data[off:next]); r > binary.MaxVarintLen64 && off+r >= (off/pageBytes+1)*pageBytes {
+		return true
 	}
-	return true
+	for a := (off + pageBytes - 1) / pageBytes * pageBytes; a+pageBytes <= next; a += pageBytes {
+		if fillRun(data[a:a+pageBytes]) == pageBytes {
+			return true
+		}
+	}
+	return false
 }
 
 // trimUnused cuts the unused space off the end of dir's last segment and
-// fsyncs it, so that tidwall/wal (which would read each zero byte as an
-// empty entry) and older kvidx versions see only entries. It changes
-// nothing when the segment ends otherwise (a torn tail is repairTail's).
+// fsyncs it, so that tidwall/wal and older kvidx versions see only entries.
+// It changes nothing when the segment ends otherwise (a torn tail is
+// repairTail's).
 func trimUnused(dir string) error {
 	segs, err := listSegments(dir)
 	if err != nil {

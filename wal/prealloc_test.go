@@ -1,8 +1,11 @@
 package wal
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"testing"
@@ -94,9 +97,25 @@ func TestCrashWithPreallocatedTail(t *testing.T) {
 	checkPrefix(t, crashed, want, 15).Close()
 }
 
+// Fill after the last entry is unused space: Open trims it quietly.
+func TestFillTailTrimmed(t *testing.T) {
+	src, want := buildLog(t, 3, 1<<20)
+	tail := tailPath(t, src)
+	before, _ := os.ReadFile(tail)
+	os.WriteFile(tail, append(bytes.Clone(before), bytes.Repeat([]byte{fillByte}, 5000)...), 0o640)
+	l := checkPrefix(t, src, want, 3)
+	if got := l.Stats().TornBytesDropped; got != 0 {
+		t.Fatalf("dropped %d torn bytes, want 0", got)
+	}
+	l.Close()
+	if after, _ := os.ReadFile(tail); !bytes.Equal(after, before) {
+		t.Fatalf("tail segment after open and close: %d bytes, want its %d bytes of entries", len(after), len(before))
+	}
+}
+
 // An entry torn in the preallocated space (its first bytes written, the
-// rest still zeros) is a torn tail, cut and counted with the zeros after
-// it, at every length it can be torn at.
+// rest still fill) is a torn tail, cut and counted, at every length it can
+// be torn at.
 func TestTornEntryInPreallocatedSpace(t *testing.T) {
 	src, want := buildLog(t, 4, 1<<20)
 	tail := tailPath(t, src)
@@ -105,18 +124,181 @@ func TestTornEntryInPreallocatedSpace(t *testing.T) {
 	kept := ends[len(ends)-2] // the last entry is the one torn
 	const seg = 1 << 16
 	for cut := kept + 1; cut < len(data); cut++ {
-		if allZero(data[cut:]) {
-			continue // the zeros put back what was cut: the entry is whole
+		if fillRun(data[cut:]) == len(data)-cut {
+			continue // the fill put back what was cut: the entry is whole
 		}
 		dir := cloneDir(t, src)
-		b := make([]byte, seg)
+		b := bytes.Repeat([]byte{fillByte}, seg)
 		copy(b, data[:cut])
-		os.WriteFile(filepath.Join(dir, filepath.Base(tail)), b, 0o640)
+		path := filepath.Join(dir, filepath.Base(tail))
+		os.WriteFile(path, b, 0o640)
 		l := checkPrefix(t, dir, want, 3)
-		if got := l.Stats().TornBytesDropped; got != int64(seg-kept) {
-			t.Fatalf("torn at %d: dropped %d bytes, want %d", cut, got, seg-kept)
+		if got := l.Stats().TornBytesDropped; got <= 0 {
+			t.Fatalf("torn at %d: dropped %d bytes, want some", cut, got)
 		}
 		l.Close()
+		if got := fileSize(t, path); got != int64(kept) {
+			t.Fatalf("torn at %d: segment cut to %d bytes, want %d", cut, got, kept)
+		}
+	}
+}
+
+// Entries zeroed in place (a lost write) are not the writer's fill: a torn
+// tail, cut, logged and counted.
+func TestZeroedLastEntriesAreCounted(t *testing.T) {
+	src, want := buildLog(t, 6, 1<<20)
+	tail := tailPath(t, src)
+	data, _ := os.ReadFile(tail)
+	ends := entryEnds(t, data)
+	clear(data[ends[3]:]) // entries 5 and 6
+	os.WriteFile(tail, data, 0o640)
+	l := checkPrefix(t, src, want, 4)
+	defer l.Close()
+	if got := l.Stats().TornBytesDropped; got != int64(len(data)-ends[3]) {
+		t.Fatalf("TornBytesDropped = %d, want %d", got, len(data)-ends[3])
+	}
+}
+
+// liveImages returns a preallocated tail segment as it is after entries
+// 1..10 and after entries 1..400, and the end of entry 10.
+func liveImages(t *testing.T) (dir, tail string, before, after []byte, good int) {
+	t.Helper()
+	dir = t.TempDir()
+	o := quietOpts()
+	o.SegmentSize = 64 << 10
+	l := mustOpen(t, dir, o)
+	defer l.Close()
+	appendN(t, l, 1, 10)
+	tail = tailPath(t, dir)
+	before, _ = os.ReadFile(tail)
+	good, _ = scanValid(before)
+	appendN(t, l, 11, 400)
+	after, _ = os.ReadFile(tail)
+	return dir, tail, before, after, good
+}
+
+// Pages a power loss left unwritten (or a read racing the writer saw
+// unwritten) hold fill, and valid entries may follow them: none of those
+// was acknowledged, so it is a torn tail, cut at the last entry before the
+// hole, not damage inside the log.
+func TestUnwrittenPagesAreATornTail(t *testing.T) {
+	_, tail, before, after, good := liveImages(t)
+	// The page holding the end of entry 10 kept its older contents.
+	p := good / pageBytes * pageBytes
+	older := append(append(append([]byte{}, after[:p]...), before[p:p+pageBytes]...), after[p+pageBytes:]...)
+	// A whole page further on was lost.
+	lostAt := (good/pageBytes + 3) * pageBytes
+	lost := bytes.Clone(after)
+	copy(lost[lostAt:lostAt+pageBytes], bytes.Repeat([]byte{fillByte}, pageBytes))
+	ends := entryEnds(t, after[:len(after)-unusedTail(after)])
+	lastWhole := 0
+	for i, e := range ends {
+		if e <= lostAt {
+			lastWhole = i + 1
+		}
+	}
+	for _, c := range []struct {
+		name string
+		img  []byte
+		last uint64
+	}{{"older page", older, 10}, {"lost page", lost, uint64(lastWhole)}} {
+		t.Run(c.name, func(t *testing.T) {
+			img := t.TempDir()
+			os.WriteFile(filepath.Join(img, filepath.Base(tail)), c.img, 0o640)
+			lay, err := Inspect(img)
+			if err != nil || lay.LastIndex != c.last || lay.TornBytes == 0 {
+				t.Fatalf("inspect: %v, last %d (want %d), torn %d", err, lay.LastIndex, c.last, lay.TornBytes)
+			}
+			l, err := Open(img, quietOpts())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			if last, _ := l.LastIndex(); last != c.last || l.Stats().TornBytesDropped == 0 {
+				t.Fatalf("open: last %d (want %d), dropped %d", last, c.last, l.Stats().TornBytesDropped)
+			}
+		})
+	}
+}
+
+// Damage inside a crashed writer's log is still refused, and the fill after
+// it is not read as entries by the walk or by the operator's cuts.
+func TestDamageBeforeFillRefused(t *testing.T) {
+	dir := t.TempDir()
+	o := quietOpts()
+	o.SegmentSize = 64 << 10
+	l := mustOpen(t, dir, o)
+	appendN(t, l, 1, 10)
+	crashed := cloneDir(t, dir) // kill -9: entries, then fill
+	l.Close()
+	tail := tailPath(t, crashed)
+	data, _ := os.ReadFile(tail)
+	ends := entryEnds(t, inUse(data))
+	data[ends[4]-1] ^= 1 // entry 5 fails its CRC; entries 6..10 are valid
+	os.WriteFile(tail, data, 0o640)
+
+	lay, err := Inspect(crashed)
+	var de *DamageError
+	if !errors.As(err, &de) || de.Entry != 5 {
+		t.Fatalf("inspect: %v, want damage at entry 5", err)
+	}
+	if len(lay.Damage) > 1 || lay.Segments[0].Entries != 10 {
+		t.Fatalf("inspect: %d damage records (want 1), segment entries %d (want 10)", len(lay.Damage), lay.Segments[0].Entries)
+	}
+	if _, err := Open(crashed, quietOpts()); !errors.As(err, &de) || de.Entry != 5 {
+		t.Fatalf("open: %v, want damage at entry 5", err)
+	}
+	os.Remove(filepath.Join(crashed, LockFileName))
+	if err := RepairTruncateAfter(crashed, 20, t.TempDir()); !errors.Is(err, ErrNothingToCut) {
+		t.Fatalf("cut after 20 of a 10-entry log: %v, want ErrNothingToCut", err)
+	}
+}
+
+// syncedStore records the file each fsync of entries covers.
+type syncedStore struct {
+	Store
+	l      **Log
+	synced *[]string
+}
+
+func (s syncedStore) Sync() error {
+	*s.synced = append(*s.synced, filepath.Base((*s.l).tailFile.Name())) // fdMu is held
+	return s.Store.Sync()
+}
+
+// After a TruncateFront that leaves the (preallocated) tail segment alone,
+// every acknowledged entry is still fsynced in the file that holds it.
+func TestTruncateFrontKeepsSyncOnTail(t *testing.T) {
+	dir := t.TempDir()
+	o := quietOpts()
+	o.SegmentSize = 4 << 10
+	var l *Log
+	var synced []string
+	o.WrapStore = func(s Store) Store { return syncedStore{Store: s, l: &l, synced: &synced} }
+	l = mustOpen(t, dir, o)
+	defer l.Close()
+	i := 1
+	for ; ; i++ {
+		appendN(t, l, i, i)
+		if segs, _ := listSegments(dir); len(segs) >= 3 {
+			break
+		}
+	}
+	appendN(t, l, i+1, i+40) // the tail segment holds entries
+	i += 40
+	// The cut lies in the first segment: tidwall/wal leaves the tail as it is.
+	if err := l.TruncateFront(2); err != nil {
+		t.Fatal(err)
+	}
+	for range 400 {
+		i++
+		synced = synced[:0]
+		appendN(t, l, i, i)
+		segs, _ := listSegments(dir)
+		last := segs[len(segs)-1].name
+		if seg, _ := locate(dir, uint64(i)); seg == last && (len(synced) == 0 || synced[len(synced)-1] != last) {
+			t.Fatalf("entry %d acknowledged in segment %s, but the fsyncs covered %v", i, last, synced)
+		}
 	}
 }
 
@@ -172,4 +354,19 @@ func TestRepairIgnoresUnusedSpace(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkPrefix(t, crashed, want, 4).Close()
+}
+
+// Fill after a torn entry's length and version byte never passes as its
+// CRC and data (see fillByte).
+func TestFillCompletesNoFrame(t *testing.T) {
+	fill := [4]byte{fillByte, fillByte, fillByte, fillByte}
+	want := binary.LittleEndian.Uint32(fill[:])
+	crc := uint32(0)
+	one := []byte{fillByte}
+	for k := 0; k <= 1<<20; k++ {
+		if crc == want {
+			t.Fatalf("the CRC-32C of %d fill bytes is four fill bytes", k)
+		}
+		crc = crc32.Update(crc, castagnoli, one)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/golang/snappy"
 )
@@ -160,8 +161,21 @@ func Scan(dir string, from, to uint64, fn func(Entry) error) (Layout, error) {
 // again from a new listing, past the entries already passed to fn (if they
 // were truncated meanwhile, the read fails with ErrTruncated as usual).
 func walk(dir string, from, to uint64, fn func(Entry) error) (Layout, error) {
+	rereads := 0
 	for attempt := 0; ; attempt++ {
 		lay, vanished, passed, err := walkOnce(dir, from, to, fn)
+		// A read racing a live writer can copy a page of the last segment
+		// before the writer fills it, and a later page after (the segment
+		// is preallocated: see prealloc.go); it reads as damage followed
+		// by valid entries only when that hole is shorter than unwritten
+		// recognises. The writer fills it: read again a few times before
+		// reporting damage.
+		var de *DamageError
+		if !vanished && errors.As(err, &de) && rereads < 3 {
+			rereads++
+			time.Sleep(10 * time.Millisecond)
+			vanished = true
+		}
 		if !vanished || attempt == 100 {
 			return lay, err
 		}
@@ -322,7 +336,7 @@ func walkOnce(dir string, from, to uint64, fn func(Entry) error) (lay Layout, va
 				// What Open would do: cut from good, unless a valid entry
 				// starts anywhere after it (damage inside the log).
 				lay.LastIndex = s.index + countEntries(data[:good]) - 1
-				if p := nextValid(data, good); p >= 0 {
+				if p := nextValid(data, good); p >= 0 && !unwritten(data, good, p) {
 					lay.Segments = append(lay.Segments, info)
 					derr := &DamageError{Dir: dir, Segment: s.name, Offset: int64(good), Next: int64(p), Entry: lay.LastIndex + 1}
 					if fn != nil && to <= lay.LastIndex {

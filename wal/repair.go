@@ -145,43 +145,42 @@ func repairTail(dir string, logger *slog.Logger) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("wal %s: segment %s: %w", dir, name, err)
 	}
-	good, count := scanValid(data)
+	unused := unusedTail(data)
+	used := data[:len(data)-unused]
+	good, count := scanValid(used)
 	if good == len(data) {
 		return 0, nil
 	}
-	if allZero(data[good:]) {
-		// The writer's preallocated space (see prealloc.go), or entries
-		// whose bytes never reached the disk: nothing torn.
+	if good == len(used) {
+		// Only the writer's unused space follows the entries (see
+		// prealloc.go): nothing torn.
 		if err := truncateSync(path, int64(good)); err != nil {
 			return 0, fmt.Errorf("wal %s: segment %s offset %d: trim unused space: %w", dir, name, good, err)
 		}
-		logger.Debug("wal: trimmed unused space", "dir", dir, "segment", name, "offset", good, "bytes", len(data)-good)
+		logger.Debug("wal: trimmed unused space", "dir", dir, "segment", name, "offset", good, "bytes", unused)
 		return 0, nil
 	}
-	if p := nextValid(data, good); p >= 0 {
-		return 0, &DamageError{Dir: dir, Segment: name, Offset: int64(good), Next: int64(p), Entry: first + uint64(count)}
+	hole := false
+	if p := nextValid(used, good); p >= 0 {
+		if !unwritten(used, good, p) {
+			return 0, &DamageError{Dir: dir, Segment: name, Offset: int64(good), Next: int64(p), Entry: first + uint64(count)}
+		}
+		hole = true
 	}
-	dropped := int64(len(data) - good)
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		return 0, fmt.Errorf("wal %s: segment %s offset %d: repair torn tail: %w", dir, name, good, err)
-	}
-	if err := f.Truncate(int64(good)); err != nil {
-		f.Close()
-		return 0, fmt.Errorf("wal %s: segment %s offset %d: repair torn tail: %w", dir, name, good, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return 0, fmt.Errorf("wal %s: segment %s offset %d: repair torn tail: sync: %w", dir, name, good, err)
-	}
-	if err := f.Close(); err != nil {
+	dropped := int64(len(used) - good)
+	if err := truncateSync(path, int64(good)); err != nil {
 		return 0, fmt.Errorf("wal %s: segment %s offset %d: repair torn tail: %w", dir, name, good, err)
 	}
 	if err := syncDir(dir); err != nil {
 		return 0, err
 	}
-	logger.Warn("wal: cut torn tail", "dir", dir, "segment", name, "offset", good,
-		"valid_entries", count, "dropped_bytes", dropped)
+	msg := "wal: cut torn tail"
+	if hole {
+		// Valid entries follow pages a power loss left unwritten: none
+		// of them was acknowledged under SyncAlways (see prealloc.go).
+		msg = "wal: cut torn tail with unwritten pages (the valid entries after them were never synced)"
+	}
+	logger.Warn(msg, "dir", dir, "segment", name, "offset", good, "valid_entries", count, "dropped_bytes", dropped)
 	return dropped, nil
 }
 
