@@ -59,9 +59,10 @@
 // the entries (a partial entry, zeros) is a torn tail. Overwriting in place
 // means that a power loss can keep an older page of the segment under a
 // newer one: a hole of fill, then valid entries that no fsync completed.
-// A whole page of fill, or fill from the break to a page boundary, cannot
-// come from damage to written entries, so Open cuts it as a torn tail
-// rather than refusing it as damage inside the log (see prealloc.go).
+// When the hole starts where the entries break (fill from there to a page
+// boundary, which no damage to written entries produces), Open cuts it as
+// a torn tail rather than refusing it as damage inside the log; a hole
+// further on is refused like damage (see prealloc.go).
 //
 // # Recovery
 //

@@ -35,15 +35,19 @@ import (
 // loss (not a process crash, which leaves the page cache to the kernel), a
 // page of the segment may have kept its older contents while a later page
 // holds newer entries, and a reader racing the writer can see the same.
-// Such a hole holds fill, and nothing after it was acknowledged under
-// SyncAlways (the fsync acknowledging an entry writes every page before
-// it), so it is a torn tail too, not damage inside the log: see unwritten.
+// Nothing after such a hole was acknowledged under SyncAlways (the fsync
+// acknowledging an entry writes every page before it). When the hole
+// starts where the synced entries end, the page holding that end kept its
+// older contents, fill from there to the page's end, which no damage to
+// written entries produces: a torn tail too, not damage inside the log
+// (see unwritten). A hole further on (an older page between newer ones) is
+// not told apart from damage, and Open refuses it, naming the repair.
 
 // fillByte makes up the unused space. Not zero, so that entries zeroed by a
 // lost write stay a torn tail. More than binary.MaxVarintLen64 fill bytes
 // never start an entry (a uvarint length is at most 10 bytes, the last
-// below 0x80), and a whole page of them never lies inside one (the payload
-// is snappy-compressed, which encodes a run as a copy). Nor can fill
+// below 0x80); inside one they may (snappy leaves runs near the end of a
+// block as literals, and block hashes come from the engines). Nor can fill
 // complete the frame of a torn entry: the CRC-32C of no run of fill up to
 // 16 MiB is four fill bytes (0xFF would not do: the CRC-32C of four 0xFF
 // bytes is 0xFFFFFFFF; TestFillCompletesNoFrame).
@@ -99,21 +103,13 @@ func inUse(data []byte) []byte {
 	return data[:len(data)-unusedTail(data)]
 }
 
-// unwritten reports whether what lies between the last valid entry, ending
-// at off, and the next valid entry, starting at next, of a last segment is
-// pages a crash (or a read racing the writer) saw unwritten: fill from off
-// to a page boundary, or a whole page of fill. Neither can come from damage
-// to written entries.
+// unwritten reports whether the break after the last valid entry of a last
+// segment, at off, followed by a valid entry at next, is a page a crash (or
+// a read racing the writer) saw unwritten: fill from off to a page
+// boundary, more of it than can start an entry.
 func unwritten(data []byte, off, next int) bool {
-	if r := fillRun(data[off:next]); r > binary.MaxVarintLen64 && off+r >= (off/pageBytes+1)*pageBytes {
-		return true
-	}
-	for a := (off + pageBytes - 1) / pageBytes * pageBytes; a+pageBytes <= next; a += pageBytes {
-		if fillRun(data[a:a+pageBytes]) == pageBytes {
-			return true
-		}
-	}
-	return false
+	r := fillRun(data[off:next])
+	return r > binary.MaxVarintLen64 && off+r >= (off/pageBytes+1)*pageBytes
 }
 
 // trimUnused cuts the unused space off the end of dir's last segment and

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"testing"
@@ -43,7 +44,7 @@ func fileSize(t *testing.T, path string) int64 {
 
 // The tail segment is preallocated while the log is open and trimmed by
 // Close; entries before and after a reopen read back in order, and the
-// read-only walk of the live directory sees the zeros as unused space.
+// read-only walk of the live directory sees the fill as unused space.
 func TestTailPreallocatedWhileOpen(t *testing.T) {
 	const seg = 64 << 10
 	dir := t.TempDir()
@@ -75,7 +76,7 @@ func TestTailPreallocatedWhileOpen(t *testing.T) {
 	checkPrefix(t, dir, want, 30).Close()
 }
 
-// A writer that stops without closing leaves the zeros: the next Open
+// A writer that stops without closing leaves the fill: the next Open
 // trims them without calling them torn, and appends go on at the right
 // place.
 func TestCrashWithPreallocatedTail(t *testing.T) {
@@ -160,7 +161,7 @@ func TestZeroedLastEntriesAreCounted(t *testing.T) {
 }
 
 // liveImages returns a preallocated tail segment as it is after entries
-// 1..10 and after entries 1..400, and the end of entry 10.
+// 1..10 and after entries 1..1000, and the end of entry 10.
 func liveImages(t *testing.T) (dir, tail string, before, after []byte, good int) {
 	t.Helper()
 	dir = t.TempDir()
@@ -172,53 +173,107 @@ func liveImages(t *testing.T) (dir, tail string, before, after []byte, good int)
 	tail = tailPath(t, dir)
 	before, _ = os.ReadFile(tail)
 	good, _ = scanValid(before)
-	appendN(t, l, 11, 400)
+	appendN(t, l, 11, 1000)
 	after, _ = os.ReadFile(tail)
 	return dir, tail, before, after, good
 }
 
-// Pages a power loss left unwritten (or a read racing the writer saw
-// unwritten) hold fill, and valid entries may follow them: none of those
-// was acknowledged, so it is a torn tail, cut at the last entry before the
-// hole, not damage inside the log.
-func TestUnwrittenPagesAreATornTail(t *testing.T) {
+// The page where the synced entries end kept its older contents (a power
+// loss, or a read racing the writer): fill from the break to the page's
+// end, then valid entries, none of them acknowledged. A torn tail, cut
+// there, not damage inside the log.
+func TestUnwrittenPageIsATornTail(t *testing.T) {
 	_, tail, before, after, good := liveImages(t)
-	// The page holding the end of entry 10 kept its older contents.
 	p := good / pageBytes * pageBytes
 	older := append(append(append([]byte{}, after[:p]...), before[p:p+pageBytes]...), after[p+pageBytes:]...)
-	// A whole page further on was lost.
-	lostAt := (good/pageBytes + 3) * pageBytes
+	img := t.TempDir()
+	os.WriteFile(filepath.Join(img, filepath.Base(tail)), older, 0o640)
+	lay, err := Inspect(img)
+	if err != nil || lay.LastIndex != 10 || lay.TornBytes == 0 {
+		t.Fatalf("inspect: %v, last %d (want 10), torn %d", err, lay.LastIndex, lay.TornBytes)
+	}
+	l, err := Open(img, quietOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if last, _ := l.LastIndex(); last != 10 || l.Stats().TornBytesDropped == 0 {
+		t.Fatalf("open: last %d (want 10), dropped %d", last, l.Stats().TornBytesDropped)
+	}
+}
+
+// A page of fill further on, inside an entry, is not told apart from
+// damage: an entry's own bytes may hold such a run (below). Open refuses.
+func TestFillPageInsideEntriesRefused(t *testing.T) {
+	_, tail, _, after, good := liveImages(t)
+	lostAt := (good/pageBytes + 1) * pageBytes
+	if used := len(inUse(after)); lostAt+2*pageBytes > used {
+		t.Fatalf("entries end at %d: no whole page between two others after %d", used, good)
+	}
 	lost := bytes.Clone(after)
 	copy(lost[lostAt:lostAt+pageBytes], bytes.Repeat([]byte{fillByte}, pageBytes))
-	ends := entryEnds(t, after[:len(after)-unusedTail(after)])
-	lastWhole := 0
-	for i, e := range ends {
-		if e <= lostAt {
-			lastWhole = i + 1
+	img := t.TempDir()
+	os.WriteFile(filepath.Join(img, filepath.Base(tail)), lost, 0o640)
+	var de *DamageError
+	if _, err := Open(img, quietOpts()); !errors.As(err, &de) {
+		t.Fatalf("open: %v, want a DamageError", err)
+	}
+}
+
+// runEvent is one event whose encoding ends in ~4.7 KiB of fill bytes near
+// the end of snappy's 64 KiB block, where the encoder, its lookup step
+// grown over random data, leaves the run as a literal: the entry's frame
+// holds the run as it is.
+func runEvent() engine.Event {
+	r := rand.New(rand.NewPCG(3, 4))
+	ev := engine.Event{Worker: engine.WorkerKey{WorkerID: 1}, EventID: 1, Kind: engine.KindStored}
+	for range 3800 {
+		ev.Blocks = append(ev.Blocks, engine.Block{BlockHash: r.Uint64(), TokensHash: r.Uint64()})
+	}
+	const f = 0xA5A5A5A5A5A5A5A5
+	for range 296 {
+		ev.Blocks = append(ev.Blocks, engine.Block{BlockHash: f, TokensHash: f})
+	}
+	return ev
+}
+
+// An acknowledged entry holding a page-aligned page of fill, damaged later
+// and followed by acknowledged entries, is damage inside the log.
+func TestDamagedEntryWithFillPageRefused(t *testing.T) {
+	ctx := context.Background()
+	for pad := range 300 {
+		dir := t.TempDir()
+		l := mustOpen(t, dir, quietOpts())
+		appendN(t, l, 1, pad)
+		big, err := l.Append(ctx, []engine.Event{runEvent()}, nil)
+		if err != nil {
+			t.Fatal(err)
 		}
+		appendN(t, l, int(big)+1, int(big)+5)
+		l.Close()
+		tail := tailPath(t, dir)
+		data, _ := os.ReadFile(tail)
+		ends := entryEnds(t, data)
+		start, end := 0, ends[big-1]
+		if big > 1 {
+			start = ends[big-2]
+		}
+		page := false
+		for a := (start + pageBytes - 1) / pageBytes * pageBytes; a+pageBytes <= end; a += pageBytes {
+			page = page || fillRun(data[a:a+pageBytes]) == pageBytes
+		}
+		if !page {
+			continue // another alignment of the entry in the file
+		}
+		data[start+3] ^= 0x40 // the entry's CRC
+		os.WriteFile(tail, data, 0o640)
+		var de *DamageError
+		if _, err := Open(dir, quietOpts()); !errors.As(err, &de) || de.Entry != big {
+			t.Fatalf("pad %d: open: %v, want damage at entry %d", pad, err, big)
+		}
+		return
 	}
-	for _, c := range []struct {
-		name string
-		img  []byte
-		last uint64
-	}{{"older page", older, 10}, {"lost page", lost, uint64(lastWhole)}} {
-		t.Run(c.name, func(t *testing.T) {
-			img := t.TempDir()
-			os.WriteFile(filepath.Join(img, filepath.Base(tail)), c.img, 0o640)
-			lay, err := Inspect(img)
-			if err != nil || lay.LastIndex != c.last || lay.TornBytes == 0 {
-				t.Fatalf("inspect: %v, last %d (want %d), torn %d", err, lay.LastIndex, c.last, lay.TornBytes)
-			}
-			l, err := Open(img, quietOpts())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer l.Close()
-			if last, _ := l.LastIndex(); last != c.last || l.Stats().TornBytesDropped == 0 {
-				t.Fatalf("open: last %d (want %d), dropped %d", last, c.last, l.Stats().TornBytesDropped)
-			}
-		})
-	}
+	t.Fatal("no padding put a page-aligned page of fill inside the entry")
 }
 
 // Damage inside a crashed writer's log is still refused, and the fill after
@@ -302,9 +357,9 @@ func TestTruncateFrontKeepsSyncOnTail(t *testing.T) {
 	}
 }
 
-// Segments other than the last never end in zeros, across rollovers and
+// Segments other than the last never end in fill, across rollovers and
 // truncations of the front (tidwall/wal reads them whole, and would read
-// zeros as empty entries).
+// fill as a broken entry).
 func TestOnlyTheTailIsPreallocated(t *testing.T) {
 	dir := t.TempDir()
 	o := quietOpts()
@@ -333,7 +388,7 @@ func TestOnlyTheTailIsPreallocated(t *testing.T) {
 	checkRange(t, dir, want, 200, 230).Close()
 }
 
-// The operator's cuts count entries, not zeros, in a crashed writer's tail.
+// The operator's cuts count entries, not fill, in a crashed writer's tail.
 func TestRepairIgnoresUnusedSpace(t *testing.T) {
 	dir := t.TempDir()
 	o := quietOpts()

@@ -55,9 +55,10 @@ type Layout struct {
 	TornSegment string `json:"torn_segment,omitempty"`
 	TornOffset  int64  `json:"torn_offset,omitempty"`
 	TornBytes   int64  `json:"torn_bytes"`
-	// UnusedBytes are the zero bytes that end the last segment after its
-	// entries: space a running writer preallocated (or one that stopped
-	// without closing the log), not part of the log and not damage.
+	// UnusedBytes is the fill (0xA5 bytes) that ends the last segment
+	// after its entries: space a running writer preallocated (or one that
+	// stopped without closing the log), not part of the log and not
+	// damage. Zeros there are a torn tail.
 	UnusedBytes int64 `json:"unused_bytes"`
 	// Gaps describe missing or unreadable runs of entries between segments
 	// (as recovery finds them); Damage, entries failing their checks

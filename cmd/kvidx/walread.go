@@ -180,8 +180,9 @@ segment file with its whole entries and size, the total bytes, the compression r
 batch bytes over framed entry bytes) and the torn-tail status: whether the
 last segment ends in a partial or invalid entry that opening the log would cut
 off, and how many bytes. On a running server a torn tail can simply be an
-entry being written. A running server also preallocates its last segment:
-the zero bytes after the last entry are reported as unused bytes, not damage.
+entry being written. A running server also preallocates its last segment,
+filling it with 0xA5 bytes that its entries overwrite: that fill after the
+last entry is reported as unused bytes, not damage (zeros there are a torn tail).
 
 Gaps between segments and damaged entries are listed with the segment file
 and byte offset. The exit status is 1 when the log could not be opened as it
@@ -252,7 +253,7 @@ func writeWALStatText(w io.Writer, st *walStat) error {
 		row("torn tail", "no")
 	}
 	if st.UnusedBytes > 0 {
-		row("unused bytes", fmt.Sprintf("%d (zeros the writer preallocated after the last entry)", st.UnusedBytes))
+		row("unused bytes", fmt.Sprintf("%d (0xA5 fill the writer preallocated after the last entry)", st.UnusedBytes))
 	}
 	if st.Pending != "" {
 		row("pending truncation", st.Pending)
