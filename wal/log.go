@@ -339,8 +339,8 @@ func (l *Log) open() error {
 }
 
 // reopenTail (re)opens Log's descriptor on the last segment file, resets
-// the rollover mirror and preallocates the segment (see prealloc.go). Called with fdMu held or before the
-// goroutines start.
+// the rollover mirror and preallocates the segment (see prealloc.go).
+// Called with fdMu held or before the goroutines start.
 func (l *Log) reopenTail() error {
 	segs, err := listSegments(l.dir)
 	if err != nil {

@@ -167,10 +167,10 @@ func walk(dir string, from, to uint64, fn func(Entry) error) (Layout, error) {
 		lay, vanished, passed, err := walkOnce(dir, from, to, fn)
 		// A read racing a live writer can copy a page of the last segment
 		// before the writer fills it, and a later page after (the segment
-		// is preallocated: see prealloc.go); it reads as damage followed
-		// by valid entries only when that hole is shorter than unwritten
-		// recognises. The writer fills it: read again a few times before
-		// reporting damage.
+		// is preallocated: see prealloc.go). Unless the hole starts where
+		// the entries break (unwritten), it reads as damage followed by
+		// valid entries; the writer fills it, so read again a few times
+		// before reporting damage.
 		var de *DamageError
 		if !vanished && errors.As(err, &de) && rereads < 3 {
 			rereads++
