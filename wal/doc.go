@@ -58,11 +58,10 @@
 // read-only walk reports it as [Layout].UnusedBytes. Anything else after
 // the entries (a partial entry, zeros) is a torn tail. Overwriting in place
 // means that a power loss can keep an older page of the segment under a
-// newer one: a hole of fill, then valid entries that no fsync completed.
-// When the hole starts where the entries break (fill from there to a page
-// boundary, which no damage to written entries produces), Open cuts it as
-// a torn tail rather than refusing it as damage inside the log; a hole
-// further on is refused like damage (see prealloc.go).
+// newer one: a hole of fill, then valid entries. Open refuses it like
+// damage inside the log, naming the repair, rather than cut entries that
+// may have been acknowledged (see prealloc.go); the read-only walk, which
+// can see such a hole while racing the writer, reads again first.
 //
 // # Recovery
 //

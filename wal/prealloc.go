@@ -2,7 +2,6 @@ package wal
 
 import (
 	"bytes"
-	"encoding/binary"
 	"fmt"
 	"log/slog"
 	"os"
@@ -34,27 +33,23 @@ import (
 // Overwriting in place has one consequence appending had not: after a power
 // loss (not a process crash, which leaves the page cache to the kernel), a
 // page of the segment may have kept its older contents while a later page
-// holds newer entries, and a reader racing the writer can see the same.
-// Nothing after such a hole was acknowledged under SyncAlways (the fsync
-// acknowledging an entry writes every page before it). When the hole
-// starts where the synced entries end, the page holding that end kept its
-// older contents, fill from there to the page's end, which no damage to
-// written entries produces: a torn tail too, not damage inside the log
-// (see unwritten). A hole further on (an older page between newer ones) is
-// not told apart from damage, and Open refuses it, naming the repair.
+// holds newer entries; with appends, ext4's ordered mode left no such hole.
+// Nothing after a hole was acknowledged under SyncAlways (the fsync
+// acknowledging an entry writes every page before it), but Open does not
+// cut it as a torn tail: a page that a failed fsync left stale in the page
+// cache (Linux marks it clean) is a hole under entries acknowledged after a
+// restart, and only a reboot shows it. Valid entries after the break are
+// refused as damage, naming the repair that cuts them; an operator decides.
+// A reader racing the writer can see such a hole too, which the writer then
+// fills: the read-only walk reads again before it reports damage.
 
 // fillByte makes up the unused space. Not zero, so that entries zeroed by a
-// lost write stay a torn tail. More than binary.MaxVarintLen64 fill bytes
-// never start an entry (a uvarint length is at most 10 bytes, the last
-// below 0x80); inside one they may (snappy leaves runs near the end of a
-// block as literals, and block hashes come from the engines). Nor can fill
-// complete the frame of a torn entry: the CRC-32C of no run of fill up to
-// 16 MiB is four fill bytes (0xFF would not do: the CRC-32C of four 0xFF
-// bytes is 0xFFFFFFFF; TestFillCompletesNoFrame).
+// lost write stay a torn tail; at least 0x80, so that it never reads as an
+// entry's length (a run of it overflows a uvarint); and it cannot complete
+// the frame of a torn entry: the CRC-32C of no run of fill up to 16 MiB is
+// four fill bytes (0xFF would not do: the CRC-32C of four 0xFF bytes is
+// 0xFFFFFFFF; TestFillCompletesNoFrame).
 const fillByte = 0xA5
-
-// pageBytes is the unit in which a crash keeps or loses written data.
-const pageBytes = 4096
 
 // extendTail fills f, the tail segment of size bytes, up to target bytes.
 // It is an optimisation: a failure (a full disk) is logged and the log goes
@@ -101,15 +96,6 @@ func unusedTail(data []byte) int {
 // inUse returns data, a last segment's contents, without its unused space.
 func inUse(data []byte) []byte {
 	return data[:len(data)-unusedTail(data)]
-}
-
-// unwritten reports whether the break after the last valid entry of a last
-// segment, at off, followed by a valid entry at next, is a page a crash (or
-// a read racing the writer) saw unwritten: fill from off to a page
-// boundary, more of it than can start an entry.
-func unwritten(data []byte, off, next int) bool {
-	r := fillRun(data[off:next])
-	return r > binary.MaxVarintLen64 && off+r >= (off/pageBytes+1)*pageBytes
 }
 
 // trimUnused cuts the unused space off the end of dir's last segment and

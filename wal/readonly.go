@@ -167,9 +167,8 @@ func walk(dir string, from, to uint64, fn func(Entry) error) (Layout, error) {
 		lay, vanished, passed, err := walkOnce(dir, from, to, fn)
 		// A read racing a live writer can copy a page of the last segment
 		// before the writer fills it, and a later page after (the segment
-		// is preallocated: see prealloc.go). Unless the hole starts where
-		// the entries break (unwritten), it reads as damage followed by
-		// valid entries; the writer fills it, so read again a few times
+		// is preallocated: see prealloc.go): damage followed by valid
+		// entries. The writer fills the hole, so read again a few times
 		// before reporting damage.
 		var de *DamageError
 		if !vanished && errors.As(err, &de) && rereads < 3 {
@@ -337,7 +336,7 @@ func walkOnce(dir string, from, to uint64, fn func(Entry) error) (lay Layout, va
 				// What Open would do: cut from good, unless a valid entry
 				// starts anywhere after it (damage inside the log).
 				lay.LastIndex = s.index + countEntries(data[:good]) - 1
-				if p := nextValid(data, good); p >= 0 && !unwritten(data, good, p) {
+				if p := nextValid(data, good); p >= 0 {
 					lay.Segments = append(lay.Segments, info)
 					derr := &DamageError{Dir: dir, Segment: s.name, Offset: int64(good), Next: int64(p), Entry: lay.LastIndex + 1}
 					if fn != nil && to <= lay.LastIndex {

@@ -160,12 +160,8 @@ func repairTail(dir string, logger *slog.Logger) (int64, error) {
 		logger.Debug("wal: trimmed unused space", "dir", dir, "segment", name, "offset", good, "bytes", unused)
 		return 0, nil
 	}
-	hole := false
 	if p := nextValid(used, good); p >= 0 {
-		if !unwritten(used, good, p) {
-			return 0, &DamageError{Dir: dir, Segment: name, Offset: int64(good), Next: int64(p), Entry: first + uint64(count)}
-		}
-		hole = true
+		return 0, &DamageError{Dir: dir, Segment: name, Offset: int64(good), Next: int64(p), Entry: first + uint64(count)}
 	}
 	dropped := int64(len(used) - good)
 	if err := truncateSync(path, int64(good)); err != nil {
@@ -174,13 +170,7 @@ func repairTail(dir string, logger *slog.Logger) (int64, error) {
 	if err := syncDir(dir); err != nil {
 		return 0, err
 	}
-	msg := "wal: cut torn tail"
-	if hole {
-		// Valid entries follow pages a power loss left unwritten: none
-		// of them was acknowledged under SyncAlways (see prealloc.go).
-		msg = "wal: cut torn tail with unwritten pages (the valid entries after them were never synced)"
-	}
-	logger.Warn(msg, "dir", dir, "segment", name, "offset", good, "valid_entries", count, "dropped_bytes", dropped)
+	logger.Warn("wal: cut torn tail", "dir", dir, "segment", name, "offset", good, "valid_entries", count, "dropped_bytes", dropped)
 	return dropped, nil
 }
 
