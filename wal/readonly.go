@@ -3,6 +3,7 @@ package wal
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -43,7 +44,8 @@ type Layout struct {
 	// cannot read (see Gaps), each index once. With gaps or damage it is
 	// less than LastIndex-FirstIndex+1.
 	Entries uint64 `json:"entries"`
-	// Bytes is the size of every segment file; FramedBytes the entry
+	// Bytes is the size of every segment file, the last one's unused fill
+	// left out (see UnusedBytes); FramedBytes the entry
 	// payloads (frame header plus compressed batch) of the valid entries;
 	// DecodedBytes their uncompressed batches.
 	Bytes        int64 `json:"bytes"`
@@ -224,18 +226,29 @@ func walkOnce(dir string, from, to uint64, fn func(Entry) error) (lay Layout, va
 		}
 	}
 	next := segs[0].index // index expected at the start of the next segment
+	files, err := openSegments(dir, segs)
+	if err != nil {
+		return lay, errors.Is(err, os.ErrNotExist), passed, err
+	}
+	defer func() {
+		for _, f := range files {
+			if f != nil {
+				f.Close()
+			}
+		}
+	}()
 	for si, s := range segs {
-		data, err := os.ReadFile(filepath.Join(dir, s.name))
+		data, err := readSegment(dir, s.name, files[si])
 		if err != nil {
 			return lay, errors.Is(err, os.ErrNotExist), passed, fmt.Errorf("wal %s: segment %s: %w", dir, s.name, err)
 		}
 		info := SegmentInfo{Name: s.name, FirstIndex: s.index, Bytes: int64(len(data))}
-		lay.Bytes += int64(len(data))
 		last := si == len(segs)-1
 		if last {
 			lay.UnusedBytes = int64(unusedTail(data))
 			data = data[:len(data)-int(lay.UnusedBytes)]
 		}
+		lay.Bytes += int64(len(data))
 		if si > 0 {
 			switch {
 			case next < s.index:
@@ -396,4 +409,44 @@ func countEntries(b []byte) uint64 {
 		n++
 	}
 	return n
+}
+
+// maxOpenSegments bounds the descriptors a walk holds at once.
+const maxOpenSegments = 256
+
+// openSegments opens the segment files of a listing before any is read: a
+// live log's TruncateFront deletes the first ones meanwhile, and an open
+// file stays readable, so a walk reads the log as listed instead of
+// failing to reach entries the truncation passed (a long wal dump on a
+// busy server did). A file already gone is an os.ErrNotExist error (list
+// again). Beyond maxOpenSegments, or when the process is out of
+// descriptors, the rest stay nil and are opened as they are read.
+func openSegments(dir string, segs []segFile) ([]*os.File, error) {
+	files := make([]*os.File, len(segs))
+	for i, s := range segs {
+		if i == maxOpenSegments {
+			break
+		}
+		f, err := os.Open(filepath.Join(dir, s.name))
+		if errors.Is(err, os.ErrNotExist) {
+			for _, f := range files[:i] {
+				f.Close()
+			}
+			return nil, fmt.Errorf("wal %s: segment %s: %w", dir, s.name, err)
+		}
+		if err != nil {
+			break
+		}
+		files[i] = f
+	}
+	return files, nil
+}
+
+// readSegment reads a segment from f, opened by openSegments, or by name
+// when f is nil.
+func readSegment(dir, name string, f *os.File) ([]byte, error) {
+	if f == nil {
+		return os.ReadFile(filepath.Join(dir, name))
+	}
+	return io.ReadAll(f)
 }

@@ -70,3 +70,30 @@ func TestReadOnlyWalkLiveTruncation(t *testing.T) {
 		}
 	}
 }
+
+// A scan of a live log reads it as listed: a TruncateFront while it runs
+// (a snapshot on the server) does not take entries it has yet to read.
+func TestScanOutlivesTruncation(t *testing.T) {
+	dir := t.TempDir()
+	o := quietOpts()
+	o.SegmentSize = 1 << 10
+	l := mustOpen(t, dir, o)
+	defer l.Close()
+	appendN(t, l, 1, 300)
+	var got []uint64
+	_, err := Scan(dir, 0, 0, func(e Entry) error {
+		if e.Index == 1 {
+			if err := l.TruncateFront(290); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got = append(got, e.Index)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("scan: %v", err)
+	}
+	if len(got) != 300 || got[0] != 1 || got[299] != 300 {
+		t.Fatalf("scan yielded %d entries, %v..%v", len(got), got[:1], got[len(got)-1:])
+	}
+}

@@ -254,6 +254,8 @@ func writeWALStatText(w io.Writer, st *walStat) error {
 	}
 	if st.UnusedBytes > 0 {
 		row("unused bytes", fmt.Sprintf("%d (0xA5 fill the writer preallocated after the last entry)", st.UnusedBytes))
+	} else {
+		row("unused bytes", 0)
 	}
 	if st.Pending != "" {
 		row("pending truncation", st.Pending)
