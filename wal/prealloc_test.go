@@ -76,20 +76,29 @@ func TestTailPreallocatedWhileOpen(t *testing.T) {
 	checkPrefix(t, dir, want, 30).Close()
 }
 
-// A writer that stops without closing leaves the fill: the next Open
-// trims them without calling them torn, and appends go on at the right
-// place.
-func TestCrashWithPreallocatedTail(t *testing.T) {
+// crashedLog appends entries 1..n to a log of 64 KiB segments and returns
+// a copy of its directory as a kill -9 would leave it (the tail segment
+// still filled), with the entries' events.
+func crashedLog(t *testing.T, n int) (string, [][]engine.Event) {
+	t.Helper()
 	dir := t.TempDir()
 	o := quietOpts()
 	o.SegmentSize = 64 << 10
 	l := mustOpen(t, dir, o)
-	want := appendN(t, l, 1, 10)
-	crashed := cloneDir(t, dir) // the files as a kill -9 leaves them
+	want := appendN(t, l, 1, n)
+	crashed := cloneDir(t, dir)
 	l.Close()
-	os.Remove(filepath.Join(crashed, LockFileName))
+	return crashed, want
+}
 
-	l = mustOpen(t, crashed, o)
+// A writer that stops without closing leaves the fill: the next Open
+// trims them without calling them torn, and appends go on at the right
+// place.
+func TestCrashWithPreallocatedTail(t *testing.T) {
+	crashed, want := crashedLog(t, 10)
+	o := quietOpts()
+	o.SegmentSize = 64 << 10
+	l := mustOpen(t, crashed, o)
 	if got := l.Stats().TornBytesDropped; got != 0 {
 		t.Fatalf("open after a crash dropped %d torn bytes, want 0", got)
 	}
@@ -271,13 +280,7 @@ func TestDamagedEntryWithFillPageRefused(t *testing.T) {
 // Damage inside a crashed writer's log is still refused, and the fill after
 // it is not read as entries by the walk or by the operator's cuts.
 func TestDamageBeforeFillRefused(t *testing.T) {
-	dir := t.TempDir()
-	o := quietOpts()
-	o.SegmentSize = 64 << 10
-	l := mustOpen(t, dir, o)
-	appendN(t, l, 1, 10)
-	crashed := cloneDir(t, dir) // kill -9: entries, then fill
-	l.Close()
+	crashed, _ := crashedLog(t, 10)
 	tail := tailPath(t, crashed)
 	data, _ := os.ReadFile(tail)
 	ends := entryEnds(t, inUse(data))
@@ -295,7 +298,6 @@ func TestDamageBeforeFillRefused(t *testing.T) {
 	if _, err := Open(crashed, quietOpts()); !errors.As(err, &de) || de.Entry != 5 {
 		t.Fatalf("open: %v, want damage at entry 5", err)
 	}
-	os.Remove(filepath.Join(crashed, LockFileName))
 	if err := RepairTruncateAfter(crashed, 20, t.TempDir()); !errors.Is(err, ErrNothingToCut) {
 		t.Fatalf("cut after 20 of a 10-entry log: %v, want ErrNothingToCut", err)
 	}
@@ -382,15 +384,7 @@ func TestOnlyTheTailIsPreallocated(t *testing.T) {
 
 // The operator's cuts count entries, not fill, in a crashed writer's tail.
 func TestRepairIgnoresUnusedSpace(t *testing.T) {
-	dir := t.TempDir()
-	o := quietOpts()
-	o.SegmentSize = 64 << 10
-	l := mustOpen(t, dir, o)
-	want := appendN(t, l, 1, 6)
-	crashed := cloneDir(t, dir)
-	l.Close()
-	os.Remove(filepath.Join(crashed, LockFileName))
-
+	crashed, want := crashedLog(t, 6)
 	if err := RepairTruncateAfter(crashed, 6, t.TempDir()); !errors.Is(err, ErrNothingToCut) {
 		t.Fatalf("cut after the last entry: %v, want ErrNothingToCut", err)
 	}
