@@ -181,11 +181,12 @@ type Log struct {
 	readMu sync.Mutex // serialises tidwall reads (concurrent Read of non-tail segments can panic)
 	wmu    sync.Mutex // held by the committer around writes, and by TruncateFront
 
-	// fdMu guards tailFile and lastWritten, so a sync knows what it covers:
+	// fdMu guards tailFile, fill and lastWritten, so a sync knows what it covers:
 	// every entry up to lastWritten is in tailFile or in an earlier segment
 	// tidwall/wal synced when it rolled over.
 	fdMu        sync.Mutex
 	tailFile    *os.File
+	fill        []byte // extendTail's fill bytes
 	lastWritten uint64
 	toSync      chan *commitItem // SyncAlways: written entries for the syncer
 	syncerDone  chan struct{}
@@ -369,7 +370,7 @@ func (l *Log) reopenTail() error {
 		l.tailFile.Close()
 	}
 	l.tailFile, l.tailSize = f, int(fi.Size())
-	extendTail(f, fi.Size(), int64(l.opts.SegmentSize), l.logger)
+	l.extendTail(f, fi.Size())
 	return nil
 }
 

@@ -3,7 +3,6 @@ package wal
 import (
 	"bytes"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 )
@@ -51,16 +50,21 @@ import (
 // 0xFFFFFFFF; TestFillCompletesNoFrame).
 const fillByte = 0xA5
 
-// extendTail fills f, the tail segment of size bytes, up to target bytes.
-// It is an optimisation: a failure (a full disk) is logged and the log goes
-// on without it; fill it did write is unused space.
-func extendTail(f *os.File, size, target int64, logger *slog.Logger) {
+// extendTail fills f, the tail segment of size bytes, up to the segment
+// size. It is an optimisation: a failure (a full disk) is logged and the
+// log goes on without it; fill it did write is unused space. Called with
+// fdMu held or before the goroutines start (l.fill is reused: a segment's
+// worth of garbage at every rollover would be new memory each time).
+func (l *Log) extendTail(f *os.File, size int64) {
+	target := int64(l.opts.SegmentSize)
 	if size >= target {
 		return
 	}
-	fill := bytes.Repeat([]byte{fillByte}, int(target-size))
-	if _, err := f.WriteAt(fill, size); err != nil {
-		logger.Warn("wal: could not preallocate the tail segment; appends make it grow",
+	if len(l.fill) < int(target-size) {
+		l.fill = bytes.Repeat([]byte{fillByte}, l.opts.SegmentSize)
+	}
+	if _, err := f.WriteAt(l.fill[:target-size], size); err != nil {
+		l.logger.Warn("wal: could not preallocate the tail segment; appends make it grow",
 			"segment", f.Name(), "size", size, "target", target, "err", err)
 	}
 }
