@@ -107,24 +107,15 @@ func inUse(data []byte) []byte {
 // It changes nothing when the segment ends otherwise (a torn tail is
 // repairTail's).
 func trimUnused(dir string) error {
-	segs, err := listSegments(dir)
-	if err != nil {
-		return fmt.Errorf("wal %s: %w", dir, err)
-	}
-	name := lastSegment(segs)
-	if name == "" {
-		return nil
-	}
-	path := filepath.Join(dir, name)
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("wal %s: segment %s: %w", dir, name, err)
+	name, _, data, err := readLastSegment(dir)
+	if err != nil || name == "" {
+		return err
 	}
 	unused := unusedTail(data)
 	if unused == 0 {
 		return nil
 	}
-	if err := truncateSync(path, int64(len(data)-unused)); err != nil {
+	if err := truncateSync(filepath.Join(dir, name), int64(len(data)-unused)); err != nil {
 		return fmt.Errorf("wal %s: segment %s: trim %d unused bytes: %w", dir, name, unused, err)
 	}
 	return nil

@@ -172,13 +172,14 @@ func walk(dir string, from, to uint64, fn func(Entry) error) (Layout, error) {
 		// is preallocated: see prealloc.go): damage followed by valid
 		// entries. The writer fills the hole, so read again a few times
 		// before reporting damage.
+		again := vanished
 		var de *DamageError
-		if !vanished && errors.As(err, &de) && rereads < 3 {
+		if !again && errors.As(err, &de) && rereads < 3 {
 			rereads++
 			time.Sleep(10 * time.Millisecond)
-			vanished = true
+			again = true
 		}
-		if !vanished || attempt == 100 {
+		if !again || attempt == 100 {
 			return lay, err
 		}
 		if passed > 0 {

@@ -126,25 +126,11 @@ func scanValid(data []byte) (good, count int) {
 // repairTail cuts a torn tail off the directory's last segment (see doc.go).
 // It returns how many bytes it dropped.
 func repairTail(dir string, logger *slog.Logger) (int64, error) {
-	segs, err := listSegments(dir)
-	if err != nil {
-		return 0, fmt.Errorf("wal %s: %w", dir, err)
-	}
-	name := lastSegment(segs)
-	if name == "" {
-		return 0, nil
-	}
-	var first uint64
-	for _, s := range segs {
-		if s.name == name {
-			first = s.index
-		}
+	name, first, data, err := readLastSegment(dir)
+	if err != nil || name == "" {
+		return 0, err
 	}
 	path := filepath.Join(dir, name)
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return 0, fmt.Errorf("wal %s: segment %s: %w", dir, name, err)
-	}
 	unused := unusedTail(data)
 	used := data[:len(data)-unused]
 	good, count := scanValid(used)
@@ -172,6 +158,30 @@ func repairTail(dir string, logger *slog.Logger) (int64, error) {
 	}
 	logger.Warn("wal: cut torn tail", "dir", dir, "segment", name, "offset", good, "valid_entries", count, "dropped_bytes", dropped)
 	return dropped, nil
+}
+
+// readLastSegment reads the segment file tidwall/wal will open as its tail
+// (see lastSegment), and returns its name ("" when there is none) and
+// first index.
+func readLastSegment(dir string) (name string, first uint64, data []byte, err error) {
+	segs, err := listSegments(dir)
+	if err != nil {
+		return "", 0, nil, fmt.Errorf("wal %s: %w", dir, err)
+	}
+	name = lastSegment(segs)
+	if name == "" {
+		return "", 0, nil, nil
+	}
+	for _, s := range segs {
+		if s.name == name {
+			first = s.index
+		}
+	}
+	data, err = os.ReadFile(filepath.Join(dir, name))
+	if err != nil {
+		return "", 0, nil, fmt.Errorf("wal %s: segment %s: %w", dir, name, err)
+	}
+	return name, first, data, nil
 }
 
 // locate returns the segment file holding index and the byte offset of its
