@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"path"
 	"strconv"
@@ -394,8 +395,10 @@ func (s *Server) readBodyFrom(body io.Reader, declared int64) (buf *bytes.Buffer
 	if declared > 0 {
 		buf.Grow(int(min(declared, maxReservedBody)))
 	}
-	// One byte past the limit tells an oversized body from one that fits.
-	_, err := buf.ReadFrom(io.LimitReader(body, limit+1))
+	// One byte past the limit tells an oversized body from one that fits
+	// (no byte past the largest int64: limit+1 would wrap to a negative
+	// count, and LimitReader would read nothing of any body).
+	_, err := buf.ReadFrom(io.LimitReader(body, limit+min(1, math.MaxInt64-limit)))
 	if err == nil && declared >= 0 && int64(buf.Len()) < declared {
 		// The body ended before its declared length: fasthttp's body
 		// stream ends so with a plain io.EOF where net/http reports

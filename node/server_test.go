@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -564,6 +565,23 @@ func TestOversizedBodyClosesConnection(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// The largest limit (an operator's "no limit") still serves bodies: one
+// byte past it, read to tell an oversized body, wrapped to a negative count
+// and every body was refused as truncated. Found by review.
+func TestLargestBodyLimit(t *testing.T) {
+	for _, front := range fronts {
+		t.Run(front.name, func(t *testing.T) {
+			e := newEnvWith(t, Config{MaxBodyBytes: math.MaxInt64}, front.serve)
+			if r := e.do(t, "POST", "/v1/match", `{"local_hashes":[1]}`); r.code != 200 {
+				t.Fatalf("match: %d %s", r.code, r.body)
+			}
+			if r := e.do(t, "POST", "/v1/events", `{"worker_id":1,"event":{"data":{"stored":{"blocks":[{"block_hash":1,"tokens_hash":1}]}}}}`); r.code != 200 {
+				t.Fatalf("events: %d %s", r.code, r.body)
+			}
+		})
 	}
 }
 

@@ -124,6 +124,10 @@ type Store struct {
 // and the WAL's torn tail, when the directory's history cannot be recovered
 // whole.
 func Open(ctx context.Context, dir string, opts Options) (_ *Store, err error) {
+	if dir == "" {
+		// filepath.Clean would make it the current directory.
+		return nil, errors.New("recovery: open: the data directory path is empty")
+	}
 	start := time.Now()
 	if opts.KeepSnapshots < 1 {
 		opts.KeepSnapshots = 2

@@ -82,20 +82,20 @@ func runReplay(cmd *cobra.Command, opts replayOptions) error {
 	if opts.events == "-" && opts.queries == "-" {
 		return errors.New("replay: --events and --queries cannot both read stdin")
 	}
-	// Open both files before the (possibly long) replay, so that a typo in
-	// the queries path fails at once.
+	// Check the queries path before the (possibly long) replay, so that a
+	// typo fails at once; but open it only once the events are read: opening
+	// a named pipe blocks until its writer opens it, and a writer that fills
+	// the events pipe first would wait for replay while replay waited for it.
+	if opts.queries != "" && opts.queries != "-" {
+		if _, err := os.Stat(opts.queries); err != nil {
+			return fmt.Errorf("replay: %w", err)
+		}
+	}
 	events, err := openInput(cmd, opts.events)
 	if err != nil {
 		return fmt.Errorf("replay: %w", err)
 	}
 	defer events.Close()
-	var queries io.ReadCloser
-	if opts.queries != "" {
-		if queries, err = openInput(cmd, opts.queries); err != nil {
-			return fmt.Errorf("replay: %w", err)
-		}
-		defer queries.Close()
-	}
 
 	rep := newReporter(cmd.ErrOrStderr())
 	ix := engine.New()
@@ -104,7 +104,12 @@ func runReplay(cmd *cobra.Command, opts replayOptions) error {
 		return fmt.Errorf("replay: events: %w", err)
 	}
 	var badQueries int
-	if queries != nil {
+	if opts.queries != "" {
+		queries, err := openInput(cmd, opts.queries)
+		if err != nil {
+			return fmt.Errorf("replay: %w", err)
+		}
+		defer queries.Close()
 		out := bufio.NewWriterSize(cmd.OutOrStdout(), 64<<10)
 		badQueries, err = answerQueries(ix, queries, out, rep)
 		if ferr := out.Flush(); err == nil && ferr != nil {

@@ -3,10 +3,13 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/kvidx/kvidx/engine"
 	"github.com/kvidx/kvidx/eventjson"
@@ -199,5 +202,65 @@ func TestReplayWithoutQueries(t *testing.T) {
 	stdout, stderr, err := runKvidx(t, "", "replay", "--events", fixture("two_workers.ndjson"))
 	if err != nil || stdout != "" || stderr != "" {
 		t.Fatalf("err %v, stdout %q, stderr %q; want silence", err, stdout, stderr)
+	}
+}
+
+// A producer that writes the events pipe to the end and then the queries
+// pipe (one process feeding two named pipes) must not deadlock replay:
+// the queries pipe is opened only once the events are read.
+func TestReplayTwoNamedPipes(t *testing.T) {
+	dir := t.TempDir()
+	evPath, qPath := filepath.Join(dir, "events"), filepath.Join(dir, "queries")
+	for _, p := range []string{evPath, qPath} {
+		if err := syscall.Mkfifo(p, 0o600); err != nil {
+			t.Skip("mkfifo:", err)
+		}
+	}
+	// More than a pipe buffer (64 KiB) of events.
+	var sb strings.Builder
+	for i := 1; i <= 3000; i++ {
+		fmt.Fprintf(&sb, `{"worker_id":%d,"event":{"data":{"stored":{"blocks":[{"block_hash":%d,"tokens_hash":101}]}}}}`+"\n", i, i)
+	}
+	events := sb.String()
+	writer := func() {
+		f, err := os.OpenFile(evPath, os.O_WRONLY, 0)
+		if err != nil {
+			return
+		}
+		f.WriteString(events)
+		f.Close()
+		q, err := os.OpenFile(qPath, os.O_WRONLY, 0)
+		if err != nil {
+			return
+		}
+		q.WriteString(`{"local_hashes":[101],"candidates":[{"worker_id":3000}]}` + "\n")
+		q.Close()
+	}
+	go writer()
+
+	type result struct {
+		stdout string
+		err    error
+	}
+	done := make(chan result, 1)
+	go func() {
+		stdout, _, err := runKvidx(t, "", "replay", "--events", evPath, "--queries", qPath)
+		done <- result{stdout, err}
+	}()
+	select {
+	case r := <-done:
+		want := `{"scores":[{"worker_id":3000,"dp_rank":0,"matched_blocks":1}],"query_blocks":1}` + "\n"
+		if r.err != nil || r.stdout != want {
+			t.Fatalf("err %v, stdout %q, want %q", r.err, r.stdout, want)
+		}
+	case <-time.After(10 * time.Second):
+		// Unblock the stuck open so the test binary can exit.
+		if f, err := os.OpenFile(qPath, os.O_WRONLY, 0); err == nil {
+			f.Close()
+		}
+		if f, err := os.OpenFile(evPath, os.O_RDONLY, 0); err == nil {
+			f.Close()
+		}
+		t.Fatal("replay deadlocked: it opens the --queries pipe before reading --events, while the writer is blocked writing --events")
 	}
 }

@@ -157,6 +157,10 @@ func flagsFromEnv(fs *pflag.FlagSet) error {
 // defaults without a word (the node and recovery take 0 for "default").
 func (f serveFlags) check() error {
 	switch {
+	case f.dataDir == "":
+		// filepath.Clean("") is ".": the current directory would become
+		// a data directory.
+		return fmt.Errorf("serve: --data-dir is empty: name a directory (default ./kvidx-data)")
 	case f.blockSize < 1:
 		return fmt.Errorf("serve: --block-size %d: want at least 1", f.blockSize)
 	case f.keepSnapshots < 1:
@@ -206,10 +210,14 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	if policy == wal.SyncNone {
 		log.Warn("--sync none: acknowledged events are not fsynced and an OS crash or power loss can lose them; use it for tests and benchmarks only")
 	}
-	if host, _, err := net.SplitHostPort(f.listen); err == nil {
-		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-			log.Warn("the HTTP API has no authentication and listens beyond loopback", "listen", f.listen)
-		}
+	host, _, err := net.SplitHostPort(f.listen)
+	if err != nil {
+		// An empty value (KVIDX_LISTEN=) would bind every interface on a
+		// random port, past the loopback warning below.
+		return fmt.Errorf("serve: --listen %q: want HOST:PORT", f.listen)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		log.Warn("the HTTP API has no authentication and listens beyond loopback", "listen", f.listen)
 	}
 	var specs []ingest.ZMQSpec
 	for _, z := range f.zmq {

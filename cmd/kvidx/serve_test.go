@@ -254,6 +254,9 @@ func TestServeRejectsBadValues(t *testing.T) {
 		{"--nats-stream", "S"}, {"--nats-subject", "a.b"}, {"--nats-allow-gap", "true"}, // without --nats-url
 		{"--reserve-blocks", "-1"}, {"--reserve-blocks", "1000"}, {"--reserve-workers", "8"}, // without the other
 		{"--reserve-blocks", "2000000000"},
+		// Empty values: the current directory as data directory; every
+		// interface, on a random port, past the loopback warning.
+		{"--data-dir", ""}, {"--listen", ""},
 	} {
 		t.Run(tc.flag+"="+tc.value, func(t *testing.T) {
 			args := []string{"serve", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", tc.flag + "=" + tc.value}
