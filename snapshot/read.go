@@ -422,8 +422,18 @@ func (r *Reader) each(ctx context.Context, countEntries bool, fn func(*engine.Pl
 
 // Verify reads the whole file and checks it as Load does, without building
 // an index (worker keys holding no block are caught by Load only).
-func (r *Reader) Verify(ctx context.Context) error {
+func (r *Reader) Verify(ctx context.Context) error { return r.VerifyWith(ctx, nil) }
+
+// VerifyWith is Verify calling progress, when set, after each chunk with
+// the places checked so far and the meta's count of places (as
+// LoadOptions.Progress).
+func (r *Reader) VerifyWith(ctx context.Context, progress func(done, total int)) error {
+	done := 0
 	return r.each(ctx, true, func(b *engine.PlaceBatch) (*engine.PlaceBatch, error) {
+		if progress != nil {
+			done += len(b.Places)
+			progress(done, r.meta.Places)
+		}
 		b.Reset()
 		return b, nil
 	})

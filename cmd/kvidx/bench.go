@@ -76,7 +76,7 @@ file may be plain JSON lines or gzipped.`,
 			defer stop()
 
 			stderr := cmd.ErrOrStderr()
-			tty := isTerminalWriter(stderr)
+			tty := isTerminal(stderr)
 			var pr *runProgress
 			var pf workload.ProgressFunc
 			if tty || progress {
@@ -145,16 +145,6 @@ func loadTrace(path string) (*workload.Trace, error) {
 		return nil, fmt.Errorf("%s: trace has no records", path)
 	}
 	return tr, nil
-}
-
-// isTerminalWriter reports whether w is a character device (a terminal).
-func isTerminalWriter(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
 // runProgress prints a run's progress (bench, loadgen): rewriting one line

@@ -137,8 +137,8 @@ func pathEnds(rest string) bool {
 
 // planRecovery finds, read-only, what recovery.Open would do with dir. With
 // load, the chosen snapshot is loaded (snapshot.Load, as a restart does) and
-// returned, with a progress bar on progress when it is a terminal (nil: no
-// bar); otherwise candidates are checked with Reader.Verify only.
+// returned; otherwise candidates are checked with Reader.Verify only. Either
+// way, a progress bar is drawn on progress when it is a terminal (nil: no bar).
 //
 // On the directory of a running server, a WAL segment or snapshot listed a
 // moment ago can be gone when it is read (the server truncated its WAL or
@@ -277,7 +277,7 @@ func planRecoveryRead(ctx context.Context, dir string, load bool, progress io.Wr
 				skip(err.Error())
 				continue
 			}
-			err = r.Verify(ctx)
+			err = verifyWithBar(ctx, r, progress)
 			meta = r.Meta()
 			r.Close()
 			if err != nil {
@@ -337,6 +337,20 @@ func loadWithBar(ctx context.Context, path string, w io.Writer) (*engine.Index, 
 		prog.add(int64(done - shown))
 		shown = done
 	}})
+}
+
+// verifyWithBar is r.Verify with a progress bar on w (see newBar).
+func verifyWithBar(ctx context.Context, r *snapshot.Reader, w io.Writer) error {
+	var prog *bar
+	if w != nil {
+		prog = newBar(w, int64(r.Meta().Places), "verifying "+filepath.Base(r.Path()), false)
+	}
+	defer prog.done()
+	shown := 0
+	return r.VerifyWith(ctx, func(done, _ int) {
+		prog.add(int64(done - shown))
+		shown = done
+	})
 }
 
 // replayPlan applies the plan's WAL entries to ix, reading the WAL

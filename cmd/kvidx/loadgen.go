@@ -81,7 +81,7 @@ or events will be rejected.`,
 					cfg.Duplicate, n, float64(n)*loadRequestBytes/(1<<30), maxLoadRequests, maxLoadRequests/max(workload.NumRequests(tr, 1), 1))
 			}
 			stderr := cmd.ErrOrStderr()
-			tty := isTerminalWriter(stderr)
+			tty := isTerminal(stderr)
 			var pr *runProgress
 			if tty || progress {
 				pr = &runProgress{name: "loadgen", w: stderr, tty: tty}

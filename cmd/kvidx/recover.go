@@ -60,7 +60,7 @@ one (offline compaction), then closes and prints the recovery report.`,
 			}
 			out := cmd.OutOrStdout()
 			if dryRun {
-				p, _, err := planRecovery(ctx, dataDir, false, nil)
+				p, _, err := planRecovery(ctx, dataDir, false, cmd.ErrOrStderr())
 				if err != nil {
 					return fmt.Errorf("recover: %w", err)
 				}
@@ -83,7 +83,9 @@ one (offline compaction), then closes and prints the recovery report.`,
 			if err := requireDataDir(dataDir); err != nil {
 				return fmt.Errorf("recover: %w", err)
 			}
-			logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+			// Info: recovery's progress (snapshot load and WAL replay, at
+			// most once a second) and its report reach the operator.
+			logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo}))
 			s, err := recovery.Open(ctx, dataDir, recovery.Options{KeepSnapshots: keep, Logger: logger})
 			if err != nil {
 				if errors.Is(err, wal.ErrLocked) {
