@@ -102,7 +102,7 @@ func (ix *Index) store(ev *Event) error {
 		// One probe of the reverse map serves both the lookup and the
 		// insert: nothing below changes the map before the slot is written
 		// (room for the insert is made first).
-		w.rev.reserve()
+		ix.roomForRev(w)
 		mk := mix64(b.BlockHash)
 		at, stop := w.rev.findMixed(mk)
 		if at >= 0 {
@@ -147,7 +147,7 @@ func (ix *Index) addHolding(id uint32, w *worker, pos uint32, th, seq, h uint64,
 		parent = 0
 	}
 	si := uint32(h >> (64 - shardBits))
-	local, added := ix.shards[si].addHolder(pos, th, seq, fingerprint(h), id, parent)
+	local, added := ix.shards[si].addHolder(&ix.grow, pos, th, seq, fingerprint(h), id, parent)
 	ref := makeRef(si, local)
 	if !added {
 		if w.dup == nil {

@@ -133,7 +133,7 @@ func TestCompactAtPageBoundaries(t *testing.T) {
 		locals := make([]uint32, live+free)
 		for i := range locals {
 			pos, th, seq, fp := key(i)
-			locals[i], _ = s.addHolder(pos, th, seq, fp, uint32(i%5), 0)
+			locals[i], _ = s.addHolder(nil, pos, th, seq, fp, uint32(i%5), 0)
 		}
 		// Free every other place of the first 2*f, so that free slots lie
 		// below the live count and live places above it, and the last ones.

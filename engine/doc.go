@@ -34,6 +34,10 @@
 // mostly neither resize nor map fresh memory, and they do not shrink below
 // that size.
 //
+// An index that grows without a reservation has the memory of its next
+// growths (bigger tables, slab pages) made and faulted in ahead on another
+// goroutine, which runs only while there is such work (see grower).
+//
 // The package does no I/O: the write-ahead log, snapshots and event decoders
 // live in other packages and feed [Event] values to [Index.Apply].
 package engine

@@ -415,6 +415,7 @@ func TestPlacesAtHighPositions(t *testing.T) {
 			}
 		}
 		f := ix.Freeze()
+		waitGrower(t, &ix.grow)
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
 		var positions []uint32

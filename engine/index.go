@@ -46,13 +46,15 @@ type Index struct {
 	revReserved    int
 	revSpare       [][]revSlot
 
+	grow grower // memory for growing tables and slabs, made ahead
+
 	scratch sync.Pool // *matchScratch
 	spare   *Frozen   // memory for the next Freeze (see Frozen.Release)
 }
 
 // New returns an empty index.
 func New() *Index {
-	return &Index{byKey: map[WorkerKey]uint32{}}
+	return &Index{byKey: map[WorkerKey]uint32{}, grow: newGrower()}
 }
 
 // placeOf returns the place behind ref. Only the writer may call it without

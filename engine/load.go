@@ -275,7 +275,7 @@ func (l *Loader) add(rec *BatchPlace, hs []BatchHolder, b *PlaceBatch, x0 *uint3
 		default:
 		}
 	}
-	local := s.allocPlace()
+	local := s.allocPlace(nil)
 	s.places++
 	p := s.place(local)
 	p.set(rec.Position, rec.TokensHash, rec.Seq, parent)

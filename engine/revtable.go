@@ -56,13 +56,6 @@ func (t *revTable) get(key uint64) (uint32, bool) {
 	return 0, false
 }
 
-// reserve makes room for one more key.
-func (t *revTable) reserve() {
-	if float64(t.n+1) > growLoad*float64(len(t.slots)) {
-		t.resize(capFor(t.n+1, grownLoad))
-	}
-}
-
 // insertAt puts s at i, where findMixed stopped.
 func (t *revTable) insertAt(i int, s revSlot) {
 	e := i
@@ -120,9 +113,13 @@ func (t *revTable) del(key uint64) (uint32, bool) {
 	return ref, true
 }
 
-func (t *revTable) resize(size int) {
+func (t *revTable) resize(size int) { t.rehash(populated(make([]revSlot, size))) }
+
+// rehash moves the map's slots into slots, which must be empty.
+func (t *revTable) rehash(slots []revSlot) {
 	old := t.slots
-	t.slots = populated(make([]revSlot, size))
+	t.slots = slots
+	size := len(slots)
 	for _, s := range old {
 		if s.ref != 0 {
 			t.placeSlot(slotHome(s.hi, size), s)

@@ -88,7 +88,11 @@ type shard struct {
 	// (see Index.Reserve): the table does not shrink, nor compaction drop
 	// pages, below them.
 	floor, pageFloor int
-	_                [64]byte // keep neighbouring shards' locks off one cache line
+	// spare is the table prepared for the next growth (see grower), asked
+	// for when the table was asked long.
+	spare spare[uint64]
+	asked int
+	_     [64]byte // keep neighbouring shards' locks off one cache line
 }
 
 func makeRef(si, local uint32) uint32 { return local<<shardBits | si }
@@ -365,7 +369,9 @@ func (s *shard) deleteSlot(i int) {
 	runDelete(s.table, i, e)
 }
 
-func (s *shard) allocPlace() uint32 {
+// allocPlace takes a place number: a freed one, else the next never-used
+// one, on a page from g's pool (g may be nil) or a new one.
+func (s *shard) allocPlace(g *grower) uint32 {
 	if s.free != 0 {
 		local := s.free
 		p := s.place(local)
@@ -380,7 +386,12 @@ func (s *shard) allocPlace() uint32 {
 		panic("kvidx engine: shard place numbers exhausted")
 	}
 	if int(local>>pageBits) == len(s.pages) {
-		s.pages = append(s.pages, populated(make([]place, pageSize)))
+		// A shard's first page is its own: an index that small (up to a
+		// page a shard) is not worth memory made ahead.
+		if len(s.pages) == 0 {
+			g = nil
+		}
+		s.pages = append(s.pages, orFresh(g.page(), pageSize))
 	}
 	s.nextNew++
 	return local
@@ -389,18 +400,23 @@ func (s *shard) allocPlace() uint32 {
 // addHolder makes wid a holder of place (pos, th, seq), creating the place
 // (and with it, maybe, the entry) in the same critical section. It returns
 // the place number and false when wid already held the place.
-func (s *shard) addHolder(pos uint32, th, seq uint64, fp uint32, wid uint32, parent uint32) (uint32, bool) {
+func (s *shard) addHolder(g *grower, pos uint32, th, seq uint64, fp uint32, wid uint32, parent uint32) (uint32, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if float64(s.places+1) > tableGrowLoad*float64(len(s.table)) {
-		s.resize(capFor(s.places+1, tableGrownLoad))
+	switch size := len(s.table); {
+	case float64(s.places+1) > tableGrowLoad*float64(size):
+		next := capFor(s.places+1, tableGrownLoad)
+		s.rehash(orFresh(s.spare.take(next), next))
+	case s.asked != size && float64(s.places+1) > tablePrepLoad*float64(size):
+		s.asked = size
+		prepare(g, &s.spare, grownSize(size, tableGrowLoad, tableGrownLoad), 8)
 	}
 	at, sibling, stop := s.find(pos, th, seq, fp)
 	var local uint32
 	if at >= 0 {
 		local = uint32(s.table[at])
 	} else {
-		local = s.allocPlace()
+		local = s.allocPlace(g)
 		s.place(local).set(pos, th, seq, 0)
 		s.insertAt(stop, uint64(fp)<<32|uint64(local))
 		s.places++

@@ -10,6 +10,10 @@ import (
 type worker struct {
 	key WorkerKey
 	rev revTable
+	// revSpare is the reverse map prepared for rev's next growth (see
+	// grower), asked for when rev was revAsked slots long.
+	revSpare spare[revSlot]
+	revAsked int
 	// dup counts, per place ref, the block hashes held there beyond the first:
 	// one content cached twice under two engine hashes stays held until both go.
 	dup map[uint32]uint32
