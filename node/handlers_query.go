@@ -111,16 +111,19 @@ func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) {
 // handleReadyz serves GET /readyz: 200 when Ready, else 503 with the reason.
 func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 	phase, reason := s.Status()
+	status := phase.String()
 	if phase == Ready {
-		if why := s.sourcesNotReady(); why != "" {
-			phase, reason = Starting, why
-		} else {
+		why := s.sourcesNotReady()
+		if why == "" {
 			writeJSON(w, http.StatusOK, []byte(`{"status":"ready"}`+"\n"))
 			return
 		}
+		// Recovery is done: "starting" would mislead on a node whose
+		// source dropped hours after it started.
+		status, reason = "sources_not_ready", why
 	}
 	writeValue(w, http.StatusServiceUnavailable, struct {
 		Status string `json:"status"`
 		Error  string `json:"error"`
-	}{phase.String(), "not ready: " + reason})
+	}{status, "not ready: " + reason})
 }

@@ -18,8 +18,9 @@ func TestSourcesInReadinessAndMetrics(t *testing.T) {
 	}
 	st.Store(&SourceStatus{Name: "nats:KV", Connected: true, Problem: "stream KV messages 1..9 are gone"})
 	r := e.do(t, "GET", "/readyz", "")
-	if r.code != 503 || !strings.Contains(string(r.body), "source nats:KV: stream KV messages 1..9 are gone") {
-		t.Fatalf("readyz %d %s: want 503 naming the gap", r.code, r.body)
+	if r.code != 503 || !strings.Contains(string(r.body), "source nats:KV: stream KV messages 1..9 are gone") ||
+		!strings.Contains(string(r.body), `"status":"sources_not_ready"`) {
+		t.Fatalf("readyz %d %s: want 503 naming the gap, status sources_not_ready (recovery is done)", r.code, r.body)
 	}
 	st.Store(&SourceStatus{Name: "nats:KV"})
 	if r := e.do(t, "GET", "/readyz", ""); r.code != 503 || !strings.Contains(string(r.body), "not connected") {

@@ -114,7 +114,7 @@ name in upper case with _ for -, e.g. KVIDX_DATA_DIR=/var/lib/kvidx
 	fl.IntVar(&f.keepSnapshots, "keep-snapshots", 2, "snapshots kept; the WAL is truncated only up to the oldest kept one")
 	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fl.Int64Var(&f.maxBodyBytes, "max-body-bytes", 16<<20, "largest request body accepted")
-	fl.BoolVar(&f.finalSnapshot, "final-snapshot", true, "take a snapshot at shutdown")
+	fl.BoolVar(&f.finalSnapshot, "final-snapshot", true, "take a snapshot at shutdown when the index changed since the last one")
 	fl.StringArrayVar(&f.zmq, "zmq", nil, "consume a vLLM engine's KV events: tcp://HOST:5557=WORKER_ID[,replay=tcp://HOST:5558] (repeatable)")
 	fl.StringVar(&f.natsURL, "nats-url", "", "consume KV events from this NATS server's JetStream stream (e.g. nats://127.0.0.1:4222)")
 	fl.StringVar(&f.natsStream, "nats-stream", "KV_EVENTS", "JetStream stream to consume")
