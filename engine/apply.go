@@ -102,7 +102,9 @@ func (ix *Index) store(ev *Event) error {
 		// One probe of the reverse map serves both the lookup and the
 		// insert: nothing below changes the map before the slot is written
 		// (room for the insert is made first).
-		ix.roomForRev(w)
+		if slots := roomFor(&ix.grow, revGrowth(), w.rev.n, len(w.rev.slots), &w.revAsked, &w.revSpare); slots != nil {
+			w.rev.rehash(slots)
+		}
 		mk := mix64(b.BlockHash)
 		at, stop := w.rev.findMixed(mk)
 		if at >= 0 {

@@ -31,6 +31,7 @@ type grower struct {
 	mu      sync.Mutex
 	jobs    []func()
 	running bool
+	idle    chan struct{} // closed when the running goroutine ends
 
 	pages       chan weak.Pointer[place]
 	pagesWanted atomic.Bool // a top-up of pages is queued
@@ -68,6 +69,7 @@ func (g *grower) post(job func()) {
 	g.jobs = append(g.jobs, job)
 	if !g.running {
 		g.running = true
+		g.idle = make(chan struct{})
 		go g.run()
 	}
 }
@@ -78,6 +80,7 @@ func (g *grower) run() {
 		if len(g.jobs) == 0 {
 			g.running = false
 			g.jobs = nil
+			close(g.idle)
 			g.mu.Unlock()
 			return
 		}
@@ -88,6 +91,23 @@ func (g *grower) run() {
 		job()
 	}
 }
+
+// wait returns when g has no job queued or running.
+func (g *grower) wait() {
+	g.mu.Lock()
+	idle, running := g.idle, g.running
+	g.mu.Unlock()
+	if running {
+		<-idle
+	}
+}
+
+// WaitGrowth waits until the memory being made ahead for ix's growth is
+// made. Call it between Applies before measuring the heap: a collection
+// that runs while the grower works keeps what it makes meanwhile, and its
+// queued jobs keep ix reachable, so heap figures after it are not the
+// index's own.
+func (ix *Index) WaitGrowth() { ix.grow.wait() }
 
 // page returns a prepared slab page, or nil when none is ready; either way
 // it has the pool topped up.
@@ -176,17 +196,33 @@ func orFresh[T any](buf []T, n int) []T {
 	return populated(make([]T, n))
 }
 
-// roomForRev makes room in w's reverse map for one more key, from memory
-// the grower prepared when there is some, and asks for the next growth's
-// memory as the map nears it.
-func (ix *Index) roomForRev(w *worker) {
-	t := &w.rev
-	switch size := len(t.slots); {
-	case float64(t.n+1) > growLoad*float64(size):
-		next := capFor(t.n+1, grownLoad)
-		t.rehash(orFresh(w.revSpare.take(next), next))
-	case w.revAsked != size && float64(t.n+1) > revPrepLoad*float64(size):
-		w.revAsked = size
-		prepare(&ix.grow, &w.revSpare, grownSize(size, growLoad, grownLoad), revSlotBytes)
+// growth is how one kind of table grows: at load grow to load grown, the
+// next size asked of the grower at load prep.
+type growth struct {
+	grow, grown, prep float64
+	elemBytes         int
+}
+
+func shardGrowth() growth {
+	return growth{grow: tableGrowLoad, grown: tableGrownLoad, prep: tablePrepLoad, elemBytes: 8}
+}
+
+func revGrowth() growth {
+	return growth{grow: growLoad, grown: grownLoad, prep: revPrepLoad, elemBytes: revSlotBytes}
+}
+
+// roomFor returns the memory a table of size slots holding n must move to
+// before one more insert (the memory sp holds, when the grower prepared it,
+// else new memory), or nil when it has room; nearing its growth, it asks g
+// to prepare that memory in sp (once a size: asked remembers).
+func roomFor[T any](g *grower, gr growth, n, size int, asked *int, sp *spare[T]) []T {
+	switch {
+	case float64(n+1) > gr.grow*float64(size):
+		next := capFor(n+1, gr.grown)
+		return orFresh(sp.take(next), next)
+	case *asked != size && float64(n+1) > gr.prep*float64(size):
+		*asked = size
+		prepare(g, sp, grownSize(size, gr.grow, gr.grown), gr.elemBytes)
 	}
+	return nil
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"runtime"
+	"runtime/debug"
 	"testing"
 	"time"
 	"unsafe"
@@ -10,19 +11,21 @@ import (
 // waitGrower waits until g has no job queued or running.
 func waitGrower(t *testing.T, g *grower) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		g.mu.Lock()
-		idle := !g.running
-		g.mu.Unlock()
-		if idle {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("grower still busy after 10 s")
-		}
-		time.Sleep(100 * time.Microsecond)
+	done := make(chan struct{})
+	go func() { g.wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("grower still busy after 10 s")
 	}
+}
+
+// noCollections stops automatic garbage collection for the rest of the
+// test (runtime.GC still collects): one running between the grower making
+// memory and the test taking it would take it back first.
+func noCollections(t *testing.T) {
+	old := debug.SetGCPercent(-1) // also waits for a running collection's marking
+	t.Cleanup(func() { debug.SetGCPercent(old) })
 }
 
 // held returns the memory sp holds, as a strong reference, or nil.
@@ -129,6 +132,7 @@ func TestGrowthUsesPreparedMemory(t *testing.T) {
 // Prepared memory is zeroed, of the size asked, taken once, refused at
 // another size, and gone after a collection if nobody claimed it.
 func TestSpare(t *testing.T) {
+	noCollections(t)
 	g := newGrower()
 	g.minBytes = 0
 	tests := []struct {
@@ -171,6 +175,7 @@ func TestSpare(t *testing.T) {
 
 // The page pool hands out zeroed pages and tops itself up.
 func TestPagePool(t *testing.T) {
+	noCollections(t)
 	g := newGrower()
 	if pg := g.page(); pg != nil {
 		t.Fatal("a new pool had a page")

@@ -403,13 +403,8 @@ func (s *shard) allocPlace(g *grower) uint32 {
 func (s *shard) addHolder(g *grower, pos uint32, th, seq uint64, fp uint32, wid uint32, parent uint32) (uint32, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	switch size := len(s.table); {
-	case float64(s.places+1) > tableGrowLoad*float64(size):
-		next := capFor(s.places+1, tableGrownLoad)
-		s.rehash(orFresh(s.spare.take(next), next))
-	case s.asked != size && float64(s.places+1) > tablePrepLoad*float64(size):
-		s.asked = size
-		prepare(g, &s.spare, grownSize(size, tableGrowLoad, tableGrownLoad), 8)
+	if table := roomFor(g, shardGrowth(), s.places, len(s.table), &s.asked, &s.spare); table != nil {
+		s.rehash(table)
 	}
 	at, sibling, stop := s.find(pos, th, seq, fp)
 	var local uint32

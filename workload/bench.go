@@ -122,6 +122,7 @@ func Bench(ctx context.Context, tr *Trace, cfg BenchConfig, progress ProgressFun
 		for nextMark < len(marks) && blockOps >= marks[nextMark].Target {
 			marks[nextMark].Reached = true
 			marks[nextMark].BlockOps = blockOps
+			ix.WaitGrowth()
 			marks[nextMark].HeapBytes = heapInUse()
 			nextMark++
 		}
@@ -158,6 +159,7 @@ func Bench(ctx context.Context, tr *Trace, cfg BenchConfig, progress ProgressFun
 
 	// Heap of the index: in use with it alive, minus in use with it dropped;
 	// everything else (simulator, trace, latencies) is alive in both.
+	ix.WaitGrowth() // memory made ahead is not the index's, and its jobs hold ix
 	withIndex := heapInUse()
 	runtime.KeepAlive(ix)
 	ix = nil // also clears the loop body's captured reference

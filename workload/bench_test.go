@@ -188,6 +188,7 @@ func BenchmarkChurn(b *testing.B) {
 		err := Run(context.Background(), ix, tr, cfg, func(_ Request, evs []engine.Event) error {
 			ops += int64(BlockOps(evs))
 			for next < len(marks) && ops >= marks[next] {
+				ix.WaitGrowth()
 				heaps[next] = HeapMark{Target: marks[next], Reached: true, BlockOps: ops, HeapBytes: heapInUse()}
 				if next++; next == len(marks) {
 					return done
