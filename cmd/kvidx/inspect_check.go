@@ -54,6 +54,11 @@ func verifySnapshot(ctx context.Context, path string, prog func(int)) *verifyRep
 		return rep
 	}
 	defer r.Close()
+	// A snapshot's name carries its WAL index too, and a restart sets a
+	// file whose name and meta disagree aside as damaged.
+	if n, ok := snapshot.ParseFileName(filepath.Base(path)); ok && n != r.Meta().Index {
+		rep.Findings = append(rep.Findings, fmt.Sprintf("name: the file's name says WAL index %d, its meta %d (a restart sets it aside as damaged)", n, r.Meta().Index))
+	}
 	// Checksums, framing, order and counts.
 	verr := r.Verify(ctx)
 	if verr != nil {
@@ -127,8 +132,9 @@ func newInspectVerifyCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "verify FILE",
 		Short: "Check a snapshot completely; exit 1 with the findings if it is not sound",
-		Long: `Verify checks snapshot FILE completely: the meta and its checksum, the data
-checksum, every chunk's framing and order, the entry, holder-block, place and
+		Long: `Verify checks snapshot FILE completely: the meta and its checksum, that a
+snapshot-N.bolt name and the meta agree on the WAL index (a restart sets a file
+that disagrees aside as damaged), the data checksum, every chunk's framing and order, the entry, holder-block, place and
 chunk counts (as recovery does), that no entry is empty and no holder lacks a
 block hash, and, loading the file into an index, that every holder agrees with
 the reverse maps (the engine's own Verify). It also checks each parent link:

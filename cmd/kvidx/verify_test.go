@@ -141,6 +141,37 @@ func TestInspectVerifyFindsDefects(t *testing.T) {
 	}
 }
 
+// A snapshot whose file name and meta disagree on the WAL index is a
+// finding: a restart sets it aside as damaged. A copy under another name,
+// not a snapshot name, is judged by its contents alone. Found by review.
+func TestInspectVerifyNameAndMeta(t *testing.T) {
+	data, err := os.ReadFile(fixSnapA) // WAL index 30
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		ok   bool
+	}{
+		{"snapshot-00000000000000000031.bolt", false},
+		{"snapshot-00000000000000000030.bolt", true},
+		{"copy.bolt", true},
+	} {
+		path := filepath.Join(dir, tc.name)
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, _, err := runKvidx(t, "", "inspect", "verify", path)
+		switch {
+		case tc.ok && err != nil:
+			t.Errorf("%s: %v\n%s", tc.name, err, out)
+		case !tc.ok && (err == nil || !strings.Contains(out, "name says WAL index 31, its meta 30")):
+			t.Errorf("%s: err %v, want a finding naming both indexes:\n%s", tc.name, err, out)
+		}
+	}
+}
+
 func asExit(err error, target **exitError) bool { return errors.As(err, target) }
 
 // A directory or a FIFO given as a snapshot file is named as such by every
