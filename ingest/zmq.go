@@ -130,12 +130,18 @@ type ZMQSource struct {
 
 	mu    sync.Mutex
 	stats SourceStats
+	// resets counts the live sequence 0s received (under mu): a replay
+	// whose batches arrive after one is from the engine before it, and
+	// must not raise the new engine's HighestSeq.
+	resets uint64
 
 	// Owned by the Run goroutine.
-	dec   VLLMDecoder
-	last  uint64
-	have  bool
-	ranks map[uint32]struct{} // DP ranks seen, at most maxDPRanks
+	dec VLLMDecoder
+	// replayResets is resets when the running replay began.
+	replayResets uint64
+	last         uint64
+	have         bool
+	ranks        map[uint32]struct{} // DP ranks seen, at most maxDPRanks
 }
 
 // maxDPRanks bounds the distinct data_parallel_rank values one source
@@ -663,6 +669,7 @@ func (s *ZMQSource) received(frames [][]byte) {
 	s.mu.Lock()
 	if seq == 0 {
 		s.stats.HighestSeq = 0
+		s.resets++
 	}
 	s.stats.HighestSeq = max(s.stats.HighestSeq, seq)
 	s.mu.Unlock()
@@ -717,7 +724,11 @@ func (s *ZMQSource) deliver(ctx context.Context, seq uint64, payload []byte, rep
 		// again here, a queued batch of an engine since restarted would
 		// raise the new engine's count.
 		s.mu.Lock()
-		s.stats.HighestSeq = max(s.stats.HighestSeq, seq)
+		if s.resets == s.replayResets {
+			// Not if the engine restarted since the replay began: the
+			// batch is the old engine's.
+			s.stats.HighestSeq = max(s.stats.HighestSeq, seq)
+		}
 		s.stats.ReplayedBatches++
 		s.mu.Unlock()
 	}
@@ -883,6 +894,7 @@ func (s *ZMQSource) append(ctx context.Context, events []engine.Event, seq uint6
 func (s *ZMQSource) replay(ctx context.Context, start uint64) error {
 	s.mu.Lock()
 	s.stats.Replays++
+	s.replayResets = s.resets
 	s.mu.Unlock()
 	s.log.Info("zmq replay requested", "replay", s.spec.Replay, "from_seq", start)
 	// The reply reader below must be done when replay returns (Run
