@@ -245,7 +245,11 @@ func (s *Source) session(ctx context.Context) error {
 			s.update(func(st *Status) { st.Gap = "" })
 			break
 		}
-		s.update(func(st *Status) { st.Gap = gap })
+		// Every message the stream holds now is one this replica has not
+		// applied (it starts past the position, or is a new stream): the
+		// lag says how far behind the replica is held.
+		lag := s.unapplied(ctx, stream, info)
+		s.update(func(st *Status) { st.Gap, st.Lag = gap, lag })
 		s.log.Error("not applying: the stream lost messages this replica never applied, or was recreated; restart with --nats-allow-gap to continue without them", "gap", gap)
 		select {
 		case <-ctx.Done():
@@ -273,15 +277,35 @@ func (s *Source) session(ctx context.Context) error {
 	// jumped over may merely be other subjects', and the gap is told as at
 	// startup: the message after the last one applied is no longer in the
 	// stream.
-	covers := coversStream(s.cfg.Subject, info.Config.Subjects)
-	if !covers && !s.warnedNarrow {
-		// A removed message leaves no trace of its subject: a filtered
-		// replica sees only the stream's front move, and cannot tell its
-		// own messages removed behind it from other subjects'.
-		s.warnedNarrow = true
-		s.log.Warn("the subject filter is narrower than the stream's subjects: messages of this subject removed from the middle of the stream (a per-subject limit, a purge by subject, a delete) cannot be told from other subjects' and are not reported as gaps; give the events a stream of their own, or a filter covering all its subjects",
-			"subject", s.cfg.Subject, "stream_subjects", strings.Join(info.Config.Subjects, ", "))
+	covers := true
+	// narrowed notes the stream's subjects as of a look at it: once they
+	// are wider than the filter, the session treats the filter as narrow
+	// for good (the stream's subjects may be widened while it runs, another
+	// source starting to share the stream, and a jump over the new
+	// subjects' messages is no gap).
+	//
+	// It is also told by a message the consumer jumped over that is still in
+	// the stream: a message on a subject the stream no longer lists (removed
+	// from its subjects, its messages kept), which the filter need not
+	// cover (found, the filter is treated as narrow: found != nil).
+	narrowed := func(subjects []string, found *js.RawStreamMsg) {
+		if !covers || (found == nil && coversStream(s.cfg.Subject, subjects)) {
+			return
+		}
+		if found != nil && (s.cfg.Subject == "" || s.cfg.Subject == ">") {
+			return // no filter: every message is delivered
+		}
+		covers = false
+		if !s.warnedNarrow {
+			// A removed message leaves no trace of its subject: a filtered
+			// replica sees only the stream's front move, and cannot tell its
+			// own messages removed behind it from other subjects'.
+			s.warnedNarrow = true
+			s.log.Warn("the subject filter is narrower than the stream's subjects: messages of this subject removed from the middle of the stream (a per-subject limit, a purge by subject, a delete) cannot be told from other subjects' and are not reported as gaps; give the events a stream of their own, or a filter covering all its subjects",
+				"subject", s.cfg.Subject, "stream_subjects", strings.Join(subjects, ", "))
+		}
 	}
+	narrowed(info.Config.Subjects, nil)
 	prev := next - 1 // the stream sequence of the last message delivered
 	// With a narrower filter the position moves only with this replica's
 	// own messages, while other subjects' messages after it may be trimmed
@@ -323,6 +347,7 @@ func (s *Source) session(ctx context.Context) error {
 				if err != nil {
 					return fmt.Errorf("stream %s: %w", s.cfg.Stream, err)
 				}
+				narrowed(now.Config.Subjects, nil)
 				applied, _ := s.recorded()
 				if gap, _ := checkStart(s.cfg.Stream, now, max(applied, seen), info.Created); gap != "" {
 					return fmt.Errorf("stream %s changed under the consumer: %s", s.cfg.Stream, gap)
@@ -333,6 +358,31 @@ func (s *Source) session(ctx context.Context) error {
 					}
 					prev = seen
 					s.update(func(st *Status) { st.Applied = seen })
+				}
+				if covers && now.State.LastSeq > prev && now.Created.Equal(info.Created) {
+					// The consumer sees every subject and delivered nothing
+					// after prev, yet the stream ends past it. If the
+					// consumer, looked at after the stream, has nothing
+					// pending either, the messages between were removed
+					// (deleted one by one, purged by subject, at the end of
+					// the stream) before this replica applied them: no later
+					// message may come to show the jump.
+					if ci, err := cons.Info(ctx); err == nil && ci.NumPending == 0 && ci.Delivered.Stream <= prev && !s.stillThere(ctx, stream, prev+1, narrowed, now) {
+						gap := fmt.Sprintf("stream %s messages %d..%d are gone (removed before this replica applied them)", s.cfg.Stream, prev+1, now.State.LastSeq)
+						if !s.cfg.AllowGap {
+							s.update(func(st *Status) { st.Gap, st.Lag = gap, 0 })
+							s.log.Error("not applying: the stream lost messages this replica never applied; restart with --nats-allow-gap to continue without them", "gap", gap)
+							<-ctx.Done()
+							return nil
+						}
+						s.log.Warn("skipping a gap in the stream (allowed)", "gap", gap)
+						last := now.State.LastSeq
+						if _, _, err := s.store.Append(ctx, nil, s.positions(last, info)); err != nil {
+							return fmt.Errorf("recording messages up to %d as gone: %w", last, err)
+						}
+						prev = last
+						s.update(func(st *Status) { st.Applied, st.Lag = last, 0 })
+					}
 				}
 				if !covers && now.Created.Equal(info.Created) {
 					probed = now.State.LastSeq
@@ -356,6 +406,9 @@ func (s *Source) session(ctx context.Context) error {
 			gap, _ := checkStart(s.cfg.Stream, now, applied, info.Created)
 			return fmt.Errorf("stream %s changed under the consumer: %s", s.cfg.Stream, gap)
 		}
+		// Subjects added to the stream before this look may have messages
+		// in the batch's jumps.
+		narrowed(now.Config.Subjects, nil)
 		// This look at the stream came after the batch: if the next fetch
 		// is empty, nothing of the subject up to its last sequence is left.
 		probed = 0
@@ -367,9 +420,13 @@ func (s *Source) session(ctx context.Context) error {
 			lastSeq uint64
 			pending uint64
 			held    string // a gap not allowed: nothing after it is applied
+			heldLag uint64 // messages not applied, from the held one on
 		)
-		for _, m := range msgs {
+		for i, m := range msgs {
 			if m.seq > prev+1 {
+				if covers {
+					s.stillThere(ctx, stream, prev+1, narrowed, now)
+				}
 				gap := ""
 				if covers {
 					gap = fmt.Sprintf("stream %s messages %d..%d are gone (removed before this replica applied them)", s.cfg.Stream, prev+1, m.seq-1)
@@ -379,6 +436,9 @@ func (s *Source) session(ctx context.Context) error {
 				if gap != "" {
 					if !s.cfg.AllowGap {
 						held = gap
+						// Not applied: this message, the rest of the
+						// batch and what the stream holds after it.
+						heldLag = uint64(len(msgs)-i) + msgs[len(msgs)-1].pending
 						break
 					}
 					s.log.Warn("skipping a gap in the stream (allowed)", "gap", gap)
@@ -403,13 +463,44 @@ func (s *Source) session(ctx context.Context) error {
 		if held != "" {
 			// As at startup: not ready, nothing skipped, until the
 			// operator allows the gap (a restart with AllowGap).
-			s.update(func(st *Status) { st.Gap = held })
+			s.update(func(st *Status) { st.Gap, st.Lag = held, heldLag })
 			s.log.Error("not applying: the stream lost messages this replica never applied; restart with --nats-allow-gap to continue without them", "gap", held)
 			<-ctx.Done()
 			return nil
 		}
 	}
 	return nil
+}
+
+// stillThere reports whether message seq, which a consumer that covers the
+// stream's subjects did not deliver, is still in the stream (on a subject
+// the stream no longer lists), and if so narrows the session's filter.
+// Not found, or not known, it was removed.
+func (s *Source) stillThere(ctx context.Context, stream js.Stream, seq uint64, narrowed func([]string, *js.RawStreamMsg), now *js.StreamInfo) bool {
+	m, err := stream.GetMsg(ctx, seq)
+	if err != nil {
+		return false
+	}
+	narrowed(now.Config.Subjects, m)
+	return true
+}
+
+// unapplied counts the messages of the subject the stream described by
+// info holds, for a replica that has applied none of them; on error, the
+// stream's message count.
+func (s *Source) unapplied(ctx context.Context, stream js.Stream, info *js.StreamInfo) uint64 {
+	if coversStream(s.cfg.Subject, info.Config.Subjects) {
+		return info.State.Msgs
+	}
+	fi, err := stream.Info(ctx, js.WithSubjectFilter(s.cfg.Subject))
+	if err != nil {
+		return info.State.Msgs
+	}
+	var n uint64
+	for _, c := range fi.State.Subjects {
+		n += c
+	}
+	return n
 }
 
 // fetched is a message read from the stream, waiting to be applied.

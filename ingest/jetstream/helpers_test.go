@@ -1,0 +1,54 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	js "github.com/nats-io/nats.go/jetstream"
+)
+
+// waitUntil polls f until it holds, failing the test after d.
+func waitUntil(t *testing.T, what string, d time.Duration, f func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(d); !f(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// publishRaw publishes raw payloads to subject, creating the test stream
+// if needed, and returns the last one's stream sequence.
+func publishRaw(t *testing.T, url, subject string, payloads ...[]byte) uint64 {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	jsc, err := js.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := EnsureStream(context.Background(), jsc, testStream, testPrefix+".>"); err != nil && !errors.Is(err, js.ErrStreamNameAlreadyInUse) {
+		t.Fatal(err)
+	}
+	var last uint64
+	for _, p := range payloads {
+		ack, err := jsc.Publish(context.Background(), subject, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = ack.Sequence
+	}
+	return last
+}
+
+// storedJSON is a one-block Stored event of worker w, block and tokens hash h.
+func storedJSON(w, h int) string {
+	return fmt.Sprintf(`{"worker_id":%d,"event":{"data":{"stored":{"blocks":[{"block_hash":%d,"tokens_hash":%d}]}}}}`, w, h, h)
+}

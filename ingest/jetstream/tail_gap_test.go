@@ -1,0 +1,91 @@
+package jetstream
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	js "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kvidx/kvidx/internal/natstest"
+)
+
+// The stream's last messages are removed one by one (a delete, a purge of
+// the subject they were on) while the replica is behind them. Nothing
+// after them comes: the replica must still not report itself ready with
+// them silently missing.
+func TestTailDeletedWhileBehind(t *testing.T) {
+	url := natstest.Start(t)
+	publishCleared(t, url, 10)
+	st := &gateStore{gate: make(chan struct{}), entered: make(chan struct{}, 16), gateAt: 5}
+	src := New(Config{URL: url, Stream: testStream, BatchMax: 1}, st)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { src.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	select {
+	case <-st.entered: // message 5 is being appended
+	case <-time.After(10 * time.Second):
+		t.Fatal("no append")
+	}
+	stream, err := jetStream(t, url).Stream(context.Background(), testStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seq := uint64(6); seq <= 10; seq++ {
+		if err := stream.DeleteMsg(context.Background(), seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(st.gate)
+	waitUntil(t, "message 5 applied", 10*time.Second, func() bool { return src.Status().Applied >= 5 })
+	time.Sleep(3 * time.Second)
+	if s := src.Status(); s.Gap == "" {
+		t.Fatalf("messages 6..10 are gone, never applied; status %+v (ready, no gap)", s)
+	}
+}
+
+// The same, with the replica down while the tail goes: at restart, the
+// message after its position is no longer in the stream. Allowed, it goes
+// on, and applies what comes next once, without reporting the gap again.
+func TestTailDeletedWhileDown(t *testing.T) {
+	url := natstest.Start(t)
+	publishCleared(t, url, 10)
+	stream, err := jetStream(t, url).Stream(context.Background(), testStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Purge(context.Background(), js.WithPurgeSequence(6)); err != nil {
+		t.Fatal(err)
+	}
+	st := &posStore{}
+	runSource(t, New(Config{URL: url, Stream: testStream, AllowGap: true}, st), 10) // applies 6..10
+	publishCleared(t, url, 5)                                                       // 11..15
+	for seq := uint64(11); seq <= 15; seq++ {
+		if err := stream.DeleteMsg(context.Background(), seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src := New(Config{URL: url, Stream: testStream}, st)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { src.Run(ctx); close(done) }()
+	time.Sleep(3 * time.Second)
+	s := src.Status()
+	cancel()
+	<-done
+	if s.Gap == "" {
+		t.Fatalf("messages 11..15 are gone, never applied; status %+v (ready, no gap)", s)
+	}
+	src = New(Config{URL: url, Stream: testStream, AllowGap: true}, st)
+	ctx, cancel = context.WithCancel(context.Background())
+	done = make(chan struct{})
+	go func() { src.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	waitUntil(t, "the gap allowed", 10*time.Second, func() bool { return src.Status().Applied == 15 })
+	publishCleared(t, url, 1) // 16
+	waitUntil(t, "message 16", 10*time.Second, func() bool { return src.Status().Applied == 16 })
+	if n := st.count(); n != 6 || src.Status().Gap != "" {
+		t.Fatalf("%d events applied (want 6: 6..10 and 16), status %+v", n, src.Status())
+	}
+}
