@@ -2,13 +2,9 @@ package ingest
 
 import (
 	"context"
-	"encoding/binary"
-	"log/slog"
-	"math"
 	"net"
 	"path/filepath"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,99 +15,8 @@ import (
 	"github.com/kvidx/kvidx/wal"
 )
 
-// scriptedEngine is a vLLM engine on real sockets: a PUB and a replay ROUTER
-// whose answers a test scripts.
-type scriptedEngine struct {
-	t      *testing.T
-	pub    zmq4.Socket
-	router zmq4.Socket
-	pubEP  string
-	repEP  string
-
-	mu      sync.Mutex
-	buf     map[uint64][]byte
-	answer  func(start uint64, buf map[uint64][]byte) (seqs []uint64, end bool)
-	delay   time.Duration
-	reqs    []uint64
-	reqSeen chan uint64
-}
-
-func newScriptedEngine(t *testing.T, ctx context.Context) *scriptedEngine {
-	e := &scriptedEngine{t: t, buf: map[uint64][]byte{}, reqSeen: make(chan uint64, 100)}
-	zl := slog.NewLogLogger(quietLogger().Handler(), slog.LevelDebug)
-	e.pub = zmq4.NewPub(ctx, zmq4.WithLogger(zl))
-	if err := e.pub.Listen("tcp://127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	e.pubEP = "tcp://" + e.pub.Addr().String()
-	e.router = zmq4.NewRouter(ctx, zmq4.WithLogger(zl))
-	if err := e.router.Listen("tcp://127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	e.repEP = "tcp://" + e.router.Addr().String()
-	t.Cleanup(func() { e.pub.Close(); e.router.Close() })
-	go e.serve()
-	return e
-}
-
-func (e *scriptedEngine) serve() {
-	for {
-		m, err := e.router.Recv()
-		if err != nil {
-			return
-		}
-		id, start := m.Frames[0], binary.BigEndian.Uint64(m.Frames[len(m.Frames)-1])
-		e.mu.Lock()
-		e.reqs = append(e.reqs, start)
-		answer, delay := e.answer, e.delay
-		var seqs []uint64
-		end := true
-		if answer != nil {
-			seqs, end = answer(start, e.buf)
-		} else {
-			for s := range e.buf {
-				if s >= start {
-					seqs = append(seqs, s)
-				}
-			}
-			slices.Sort(seqs)
-		}
-		payloads := make([][]byte, len(seqs))
-		for i, s := range seqs {
-			payloads[i] = e.buf[s]
-		}
-		e.mu.Unlock()
-		select {
-		case e.reqSeen <- start:
-		default:
-		}
-		for i, s := range seqs {
-			time.Sleep(delay)
-			e.router.SendMulti(zmq4.NewMsgFrom(id, []byte{}, be64(s), payloads[i]))
-		}
-		if end {
-			e.router.SendMulti(zmq4.NewMsgFrom(id, []byte{}, be64(math.MaxUint64), []byte{}))
-		}
-	}
-}
-
-func (e *scriptedEngine) publish(seq uint64, live bool) {
-	p := batchPayload(seq)
-	e.mu.Lock()
-	e.buf[seq] = p
-	e.mu.Unlock()
-	if live {
-		e.pub.SendMulti(zmq4.NewMsgFrom([]byte("kv"), be64(seq), p))
-	}
-}
-
-func (e *scriptedEngine) requests() []uint64 {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return slices.Clone(e.reqs)
-}
-
-func startScripted(t *testing.T, e *scriptedEngine, st *fakeStore, replay string, opts ZMQOptions) *ZMQSource {
+// startScripted runs a source on e and waits until it applied batch 0.
+func startScripted(t *testing.T, e *fakeEngine, st *fakeStore, replay string, opts ZMQOptions) *ZMQSource {
 	src := NewZMQSource(ZMQSpec{Endpoint: e.pubEP, WorkerID: 7, Replay: replay}, st, opts)
 	runSource(t, t.Context(), src)
 	waitFor(t, "connected", func() bool { return src.Stats().Connected })
@@ -132,7 +37,7 @@ func startsWithClear(b fakeBatch) bool {
 
 // A replay that ends early: the batches it gave are applied, the rest is a gap.
 func TestZMQLivePartialReplay(t *testing.T) {
-	e := newScriptedEngine(t, t.Context())
+	e := newFakeEngine(t, t.Context())
 	st := &fakeStore{}
 	src := startScripted(t, e, st, e.repEP, testOptions())
 	for s := uint64(1); s <= 3; s++ {
@@ -160,7 +65,7 @@ func TestZMQLivePartialReplay(t *testing.T) {
 // A replay socket that takes the request and never answers: the source
 // gives up after ReplayTimeout, clears, and keeps following the stream.
 func TestZMQLiveReplaySilent(t *testing.T) {
-	e := newScriptedEngine(t, t.Context())
+	e := newFakeEngine(t, t.Context())
 	st := &fakeStore{}
 	opts := testOptions()
 	opts.ReplayTimeout = 300 * time.Millisecond
@@ -186,7 +91,7 @@ func TestZMQLiveReplayDown(t *testing.T) {
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	dead := "tcp://" + ln.Addr().String()
 	ln.Close()
-	e := newScriptedEngine(t, t.Context())
+	e := newFakeEngine(t, t.Context())
 	st := &fakeStore{}
 	src := startScripted(t, e, st, dead, testOptions())
 	e.publish(1, false)
@@ -200,7 +105,7 @@ func TestZMQLiveReplayDown(t *testing.T) {
 
 // The engine restarts (seq 0 live) while a slow replay is in flight.
 func TestZMQLiveRestartDuringReplay(t *testing.T) {
-	e := newScriptedEngine(t, t.Context())
+	e := newFakeEngine(t, t.Context())
 	st := &fakeStore{}
 	src := startScripted(t, e, st, e.repEP, testOptions())
 	for s := uint64(1); s <= 3; s++ {
@@ -244,7 +149,7 @@ func TestZMQLiveRestartDuringReplay(t *testing.T) {
 // kvidx stops (the source's context ends, the store closes) at random
 // points of a live stream and starts again: every batch is in the WAL once.
 func TestZMQLiveStoreRestart(t *testing.T) {
-	e := newScriptedEngine(t, t.Context())
+	e := newFakeEngine(t, t.Context())
 	dir := t.TempDir()
 	const n = 400
 	done := make(chan struct{})
@@ -307,7 +212,7 @@ func TestZMQLiveStoreRestart(t *testing.T) {
 // Malformed live messages on real sockets: counted, the stream goes on, and
 // the batch a malformed message stood for is replayed.
 func TestZMQLiveMalformedLive(t *testing.T) {
-	e := newScriptedEngine(t, t.Context())
+	e := newFakeEngine(t, t.Context())
 	st := &fakeStore{}
 	src := startScripted(t, e, st, e.repEP, testOptions())
 	send := func(f ...[]byte) { e.pub.SendMulti(zmq4.NewMsgFrom(f...)) }

@@ -96,12 +96,18 @@ type fakeEngine struct {
 	buf      map[uint64][]byte
 	minSeq   uint64 // the replay buffer starts here
 	requests []uint64
+	// answer, when set, scripts the replay: the batches sent for a request
+	// from start, and whether the end marker follows.
+	answer func(start uint64, buf map[uint64][]byte) (seqs []uint64, end bool)
+	delay  time.Duration // before each replayed batch
+	// reqSeen receives each replay request's start (when there is room).
+	reqSeen chan uint64
 }
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 func newFakeEngine(t *testing.T, ctx context.Context) *fakeEngine {
-	e := &fakeEngine{t: t, ctx: ctx, buf: map[uint64][]byte{}}
+	e := &fakeEngine{t: t, ctx: ctx, buf: map[uint64][]byte{}, reqSeen: make(chan uint64, 100)}
 	zl := slog.NewLogLogger(quietLogger().Handler(), slog.LevelDebug)
 	e.pub = zmq4.NewPub(ctx, zmq4.WithLogger(zl))
 	if err := e.pub.Listen("tcp://127.0.0.1:0"); err != nil {
@@ -132,19 +138,34 @@ func (e *fakeEngine) serveReplay() {
 		e.mu.Lock()
 		e.requests = append(e.requests, start)
 		var seqs []uint64
-		for s := range e.buf {
-			if s >= start && s >= e.minSeq {
-				seqs = append(seqs, s)
+		end := true
+		if e.answer != nil {
+			seqs, end = e.answer(start, e.buf)
+		} else {
+			for s := range e.buf {
+				if s >= start && s >= e.minSeq {
+					seqs = append(seqs, s)
+				}
 			}
+			slices.Sort(seqs)
 		}
-		slices.Sort(seqs)
 		var replies []zmq4.Msg
 		for _, s := range seqs {
 			replies = append(replies, e.reply(id, be64(s), e.buf[s]))
 		}
+		delay := e.delay
 		e.mu.Unlock()
-		replies = append(replies, e.reply(id, be64(math.MaxUint64), nil))
-		for _, r := range replies {
+		select {
+		case e.reqSeen <- start:
+		default:
+		}
+		if end {
+			replies = append(replies, e.reply(id, be64(math.MaxUint64), nil))
+		}
+		for i, r := range replies {
+			if i < len(seqs) {
+				time.Sleep(delay)
+			}
 			if err := e.router.SendMulti(r); err != nil {
 				break // the requester went away; serve the next one
 			}
