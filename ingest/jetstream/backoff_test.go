@@ -50,10 +50,7 @@ func TestBackoffResetsAfterGoodSession(t *testing.T) {
 	}
 	src := New(Config{URL: url, Stream: testStream, Logger: slog.New(waitsHandler{&mu, &waits})}, &posStore{})
 	src.minBackoff, src.maxBackoff = 10*time.Millisecond, 200*time.Millisecond
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { src.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	defer runInBackground(src)()
 
 	// No stream yet: sessions fail and the backoff reaches its longest wait.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {

@@ -81,10 +81,7 @@ func TestGapWhileRunning(t *testing.T) {
 			publishCleared(t, url, 10)
 			st := &gateStore{gate: make(chan struct{}), entered: make(chan struct{}, 16)}
 			src := New(Config{URL: url, Stream: testStream, Subject: tc.subject, BatchMax: 1, AllowGap: allow}, st)
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan struct{})
-			go func() { src.Run(ctx); close(done) }()
-			defer func() { cancel(); <-done }()
+			defer runInBackground(src)()
 			select {
 			case <-st.entered: // message 1 is being appended
 			case <-time.After(10 * time.Second):

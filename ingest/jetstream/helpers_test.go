@@ -52,3 +52,12 @@ func publishRaw(t *testing.T, url, subject string, payloads ...[]byte) uint64 {
 func storedJSON(w, h int) string {
 	return fmt.Sprintf(`{"worker_id":%d,"event":{"data":{"stored":{"blocks":[{"block_hash":%d,"tokens_hash":%d}]}}}}`, w, h, h)
 }
+
+// runInBackground runs src until the returned function is called, which
+// waits for Run to return.
+func runInBackground(src *Source) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { src.Run(ctx); close(done) }()
+	return func() { cancel(); <-done }
+}

@@ -24,10 +24,7 @@ func TestLagWhileHeldByGap(t *testing.T) {
 	}
 	st := &posStore{}
 	src := New(Config{URL: url, Stream: testStream}, st)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { src.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	defer runInBackground(src)()
 	waitUntil(t, "the gap", 10*time.Second, func() bool { return src.Status().Gap != "" })
 	if s := src.Status(); s.Lag != 6 {
 		t.Fatalf("status %+v: 6 messages (5..10) not applied, lag %d", s, s.Lag)
@@ -41,10 +38,7 @@ func TestLagWhileHeldByGapRunning(t *testing.T) {
 	publishCleared(t, url, 10)
 	st := &gateStore{gate: make(chan struct{}), entered: make(chan struct{}, 16)}
 	src := New(Config{URL: url, Stream: testStream, BatchMax: 1}, st)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { src.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	defer runInBackground(src)()
 	select {
 	case <-st.entered:
 	case <-time.After(10 * time.Second):

@@ -87,10 +87,7 @@ func deleteStream(t *testing.T, url string) {
 func waitGap(t *testing.T, src *Source, st *posStore, want string) {
 	t.Helper()
 	before := st.count()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { src.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	defer runInBackground(src)()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		if s := src.Status(); s.Gap != "" {
 			if !strings.Contains(s.Gap, want) || st.count() != before {
@@ -155,10 +152,7 @@ func TestStreamRecreatedWhileRunning(t *testing.T) {
 	publishCleared(t, url, 3)
 	st := &posStore{}
 	src := New(Config{URL: url, Stream: testStream}, st)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { src.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	defer runInBackground(src)()
 	for deadline := time.Now().Add(10 * time.Second); src.Status().Applied < 3; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("status %+v: the first 3 messages not applied", src.Status())

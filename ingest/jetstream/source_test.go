@@ -75,10 +75,7 @@ func openStore(t *testing.T, dir string) *recovery.Store {
 // runSource consumes into st until it has applied seq last.
 func runSource(t *testing.T, src *Source, last uint64) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { src.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	defer runInBackground(src)()
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		if src.Status().Applied >= last {
 			return

@@ -19,10 +19,7 @@ func TestStreamSubjectsWidenedWhileRunning(t *testing.T) {
 	publishCleared(t, url, 3)
 	st := &posStore{}
 	src := New(Config{URL: url, Stream: testStream, Subject: testPrefix + ".>"}, st)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { src.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	defer runInBackground(src)()
 	waitUntil(t, "3 applied", 10*time.Second, func() bool { return src.Status().Applied >= 3 })
 	jsc := jetStream(t, url)
 	if _, err := jsc.UpdateStream(context.Background(), js.StreamConfig{Name: testStream, Subjects: []string{testPrefix + ".>", "other.>"}, Storage: js.FileStorage}); err != nil {

@@ -19,10 +19,7 @@ func TestTailDeletedWhileBehind(t *testing.T) {
 	publishCleared(t, url, 10)
 	st := &gateStore{gate: make(chan struct{}), entered: make(chan struct{}, 16), gateAt: 5}
 	src := New(Config{URL: url, Stream: testStream, BatchMax: 1}, st)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { src.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	defer runInBackground(src)()
 	select {
 	case <-st.entered: // message 5 is being appended
 	case <-time.After(10 * time.Second):
