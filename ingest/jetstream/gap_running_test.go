@@ -82,11 +82,7 @@ func TestGapWhileRunning(t *testing.T) {
 			st := &gateStore{gate: make(chan struct{}), entered: make(chan struct{}, 16)}
 			src := New(Config{URL: url, Stream: testStream, Subject: tc.subject, BatchMax: 1, AllowGap: allow}, st)
 			defer runInBackground(src)()
-			select {
-			case <-st.entered: // message 1 is being appended
-			case <-time.After(10 * time.Second):
-				t.Fatal("no append")
-			}
+			waitAppending(t, st) // message 1 is being appended
 			stream, err := jetStream(t, url).Stream(context.Background(), testStream)
 			if err != nil {
 				t.Fatal(err)

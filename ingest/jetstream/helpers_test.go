@@ -61,3 +61,13 @@ func runInBackground(src *Source) (stop func()) {
 	go func() { src.Run(ctx); close(done) }()
 	return func() { cancel(); <-done }
 }
+
+// waitAppending waits until st's Append is entered (and held at its gate).
+func waitAppending(t *testing.T, st *gateStore) {
+	t.Helper()
+	select {
+	case <-st.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no append")
+	}
+}

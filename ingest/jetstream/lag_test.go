@@ -39,11 +39,7 @@ func TestLagWhileHeldByGapRunning(t *testing.T) {
 	st := &gateStore{gate: make(chan struct{}), entered: make(chan struct{}, 16)}
 	src := New(Config{URL: url, Stream: testStream, BatchMax: 1}, st)
 	defer runInBackground(src)()
-	select {
-	case <-st.entered:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no append")
-	}
+	waitAppending(t, st)
 	stream, err := jetStream(t, url).Stream(context.Background(), testStream)
 	if err != nil {
 		t.Fatal(err)

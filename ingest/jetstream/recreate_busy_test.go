@@ -28,11 +28,7 @@ func TestStreamRecreatedWhileBusy(t *testing.T) {
 			<-done
 		}
 	}()
-	select {
-	case <-st.entered: // message 3 is being appended
-	case <-time.After(10 * time.Second):
-		t.Fatal("no append")
-	}
+	waitAppending(t, st) // message 3 is being appended
 	deleteStream(t, url)
 	publishCleared(t, url, 8) // the new stream holds 1..8
 	close(st.gate)

@@ -20,11 +20,7 @@ func TestTailDeletedWhileBehind(t *testing.T) {
 	st := &gateStore{gate: make(chan struct{}), entered: make(chan struct{}, 16), gateAt: 5}
 	src := New(Config{URL: url, Stream: testStream, BatchMax: 1}, st)
 	defer runInBackground(src)()
-	select {
-	case <-st.entered: // message 5 is being appended
-	case <-time.After(10 * time.Second):
-		t.Fatal("no append")
-	}
+	waitAppending(t, st) // message 5 is being appended
 	stream, err := jetStream(t, url).Stream(context.Background(), testStream)
 	if err != nil {
 		t.Fatal(err)
