@@ -372,7 +372,7 @@ func (s *Source) session(ctx context.Context) error {
 						if !s.cfg.AllowGap {
 							s.update(func(st *Status) { st.Gap, st.Lag = gap, 0 })
 							s.log.Error("not applying: the stream lost messages this replica never applied; restart with --nats-allow-gap to continue without them", "gap", gap)
-							<-ctx.Done()
+							s.holdLag(ctx, stream, prev+1)
 							return nil
 						}
 						s.log.Warn("skipping a gap in the stream (allowed)", "gap", gap)
@@ -421,10 +421,14 @@ func (s *Source) session(ctx context.Context) error {
 			pending uint64
 			held    string // a gap not allowed: nothing after it is applied
 			heldLag uint64 // messages not applied, from the held one on
+			heldSeq uint64 // the stream sequence of the held message
 		)
 		for i, m := range msgs {
 			if m.seq > prev+1 {
-				if covers {
+				if covers && s.cfg.Subject != "" && s.cfg.Subject != ">" {
+					// Unfiltered, the probe could narrow nothing: spare
+					// the call (one per jump, say at each message a
+					// per-subject limit left).
 					s.stillThere(ctx, stream, prev+1, narrowed, now)
 				}
 				gap := ""
@@ -439,6 +443,7 @@ func (s *Source) session(ctx context.Context) error {
 						// Not applied: this message, the rest of the
 						// batch and what the stream holds after it.
 						heldLag = uint64(len(msgs)-i) + msgs[len(msgs)-1].pending
+						heldSeq = m.seq
 						break
 					}
 					s.log.Warn("skipping a gap in the stream (allowed)", "gap", gap)
@@ -465,21 +470,65 @@ func (s *Source) session(ctx context.Context) error {
 			// operator allows the gap (a restart with AllowGap).
 			s.update(func(st *Status) { st.Gap, st.Lag = held, heldLag })
 			s.log.Error("not applying: the stream lost messages this replica never applied; restart with --nats-allow-gap to continue without them", "gap", held)
-			<-ctx.Done()
+			s.holdLag(ctx, stream, heldSeq)
 			return nil
 		}
 	}
 	return nil
 }
 
+// holdLag waits, held by a gap, until ctx ends, keeping the lag at the
+// number of messages of the subject from stream sequence from on (none of
+// them is applied while held), as more arrive.
+func (s *Source) holdLag(ctx context.Context, stream js.Stream, from uint64) {
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if n, err := s.pendingFrom(ctx, stream, from); err == nil {
+			s.update(func(st *Status) { st.Lag = n })
+		}
+	}
+}
+
+// pendingFrom counts the messages of the subject the stream holds from
+// sequence seq on, with a short-lived consumer (the ordered one's may have
+// been removed for inactivity while held).
+func (s *Source) pendingFrom(ctx context.Context, stream js.Stream, seq uint64) (uint64, error) {
+	cfg := js.ConsumerConfig{DeliverPolicy: js.DeliverByStartSequencePolicy, OptStartSeq: seq, AckPolicy: js.AckNonePolicy,
+		InactiveThreshold: 30 * time.Second, MemoryStorage: true, Replicas: 1}
+	if s.cfg.Subject != "" {
+		cfg.FilterSubject = s.cfg.Subject
+	}
+	c, err := stream.CreateConsumer(ctx, cfg)
+	if err != nil {
+		return 0, err
+	}
+	ci := c.CachedInfo()
+	_ = stream.DeleteConsumer(ctx, ci.Name)
+	return ci.NumPending, nil
+}
+
 // stillThere reports whether message seq, which a consumer that covers the
 // stream's subjects did not deliver, is still in the stream (on a subject
 // the stream no longer lists), and if so narrows the session's filter.
-// Not found, or not known, it was removed.
+// Only a message not found was removed: a probe that failed (a timeout, a
+// denied get) tells nothing, and the message is taken as still there (the
+// next look decides). A message found on a subject the filter matches is
+// one the consumer is about to deliver (the server counts a new message
+// into a consumer's pending after storing it, asynchronously): no gap, and
+// no sign of a narrow filter.
 func (s *Source) stillThere(ctx context.Context, stream js.Stream, seq uint64, narrowed func([]string, *js.RawStreamMsg), now *js.StreamInfo) bool {
 	m, err := stream.GetMsg(ctx, seq)
 	if err != nil {
-		return false
+		return !errors.Is(err, js.ErrMsgNotFound)
+	}
+	if s.cfg.Subject == "" || subjectCovers(s.cfg.Subject, m.Subject) {
+		return true
 	}
 	narrowed(now.Config.Subjects, m)
 	return true

@@ -1,0 +1,66 @@
+package jetstream
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	js "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kvidx/kvidx/internal/natstest"
+)
+
+// A replica held by a tail gap found while running applies nothing more:
+// messages published after the gap are not applied, and its lag
+// (kvidx_source_lag_messages) must count them, not stay at the 0 it had
+// when the gap was found.
+func TestLagWhileHeldByTailGapGrows(t *testing.T) {
+	url := natstest.Start(t)
+	publishCleared(t, url, 10)
+	st := &gateStore{gate: make(chan struct{}), entered: make(chan struct{}, 16), gateAt: 5}
+	src := New(Config{URL: url, Stream: testStream, BatchMax: 1}, st)
+	defer runInBackground(src)()
+	waitAppending(t, st)
+	stream, err := jetStream(t, url).Stream(context.Background(), testStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seq := uint64(6); seq <= 10; seq++ {
+		if err := stream.DeleteMsg(context.Background(), seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(st.gate)
+	waitUntil(t, "the tail gap", 10*time.Second, func() bool { return src.Status().Gap != "" })
+	publishCleared(t, url, 5) // 11..15: never applied while held
+	time.Sleep(7 * time.Second)
+	if s := src.Status(); s.Applied != 5 || s.Lag < 5 {
+		t.Fatalf("held at 5 with messages 11..15 not applied, yet status %+v (lag %d)", s, s.Lag)
+	}
+}
+
+// The same for a gap found in a batch (messages after the gap delivered
+// and held back): messages published later are not applied either.
+func TestLagWhileHeldByBatchGapGrows(t *testing.T) {
+	url := natstest.Start(t)
+	publishCleared(t, url, 10)
+	st := &gateStore{gate: make(chan struct{}), entered: make(chan struct{}, 16)}
+	src := New(Config{URL: url, Stream: testStream, BatchMax: 1}, st)
+	defer runInBackground(src)()
+	waitAppending(t, st)
+	stream, err := jetStream(t, url).Stream(context.Background(), testStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Purge(context.Background(), js.WithPurgeSequence(6)); err != nil {
+		t.Fatal(err)
+	}
+	close(st.gate)
+	waitUntil(t, "the gap", 10*time.Second, func() bool { return src.Status().Gap != "" })
+	lag := src.Status().Lag
+	publishCleared(t, url, 5) // 11..15
+	time.Sleep(7 * time.Second)
+	if s := src.Status(); s.Lag < lag+5 {
+		t.Fatalf("lag %d when held, 5 more messages not applied since, yet status %+v", lag, s)
+	}
+}
