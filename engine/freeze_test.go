@@ -336,7 +336,8 @@ func TestLoaderFindsDuplicatesAmongMany(t *testing.T) {
 		{"block twice", false, true, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			l := NewLoader()
+			// With the hint, the worker's map is built in its list's memory.
+			l := NewLoader(LoaderHint{Places: n + 1, HolderBlocks: n + 1, WorkerKeys: 1})
 			recs := many(tt.dupPlace, tt.dupBlock)
 			for i := range recs {
 				if err := l.Add(&recs[i]); err != nil {
@@ -531,5 +532,46 @@ func TestPlacesPartsManyBuckets(t *testing.T) {
 	f.parts = 3
 	if got := load(t, f); got.Stats() != ix.Stats() || !slices.Equal(got.Workers(), ix.Workers()) {
 		t.Fatalf("3 parts: loaded %v, want %v", got, ix)
+	}
+}
+
+// A loader given the meta's counts builds each reverse map in the memory of
+// its worker's list when the map fills most of it, and in new memory
+// otherwise (a worker far under the mean); the index answers alike.
+func TestLoaderBuildsMapsInLists(t *testing.T) {
+	ix := New()
+	// Sixteen workers of one size, as caches of one capacity are, and one
+	// of two blocks: the mean stays near the big ones'.
+	const big = 1000
+	for w := range uint64(16) {
+		ev := Event{Worker: WorkerKey{WorkerID: w}, Kind: KindStored}
+		for i := range uint64(big) {
+			ev.Blocks = append(ev.Blocks, Block{BlockHash: w<<32 | i, TokensHash: i%300 + 1})
+		}
+		if err := ix.Apply(&ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	small := Event{Worker: WorkerKey{WorkerID: 99}, Kind: KindStored, Blocks: []Block{{BlockHash: 1, TokensHash: 1}, {BlockHash: 2, TokensHash: 2}}}
+	if err := ix.Apply(&small); err != nil {
+		t.Fatal(err)
+	}
+	st := ix.Stats()
+	got := load(t, ix.Freeze(), LoaderHint{Places: st.Entries, HolderBlocks: st.HolderBlocks, WorkerKeys: st.WorkerKeys})
+	if err := got.Verify(); err != nil {
+		t.Fatal(err)
+	}
+	for id, w := range got.workers {
+		inList := cap(w.rev.slots) > len(w.rev.slots)
+		if want := w.key.WorkerID != 99; inList != want {
+			t.Errorf("worker %v (%d blocks, dense id %d): map in its list's memory %v, want %v", w.key, w.rev.n, id, inList, want)
+		}
+	}
+	q := make([]uint64, 0, 400)
+	for i := range uint64(400) {
+		q = append(q, i%300+1)
+	}
+	if a, b := ix.Match(q, nil), got.Match(q, nil); !slices.Equal(a, b) {
+		t.Fatalf("loaded index answers %v, the original %v", b, a)
 	}
 }

@@ -29,7 +29,10 @@ type Loader struct {
 	nextID    uint32
 	lastPos   uint32
 	pending   [][]revSlot // by dense worker id: reverse-map slots to insert (12 bytes: less memory to fault in)
-	perWorker int         // expected blocks a worker: the first capacity of its pending list
+	// perWorker is the first capacity of a pending list: room for the
+	// reverse map of a worker a little over the mean, which Finish builds
+	// in the list's own memory (see buildRev).
+	perWorker int
 	// recent caches worker lookups: holders of nearby places are mostly
 	// the same few worker keys, and a map lookup per holder shows.
 	recent [4096]recentWorker
@@ -71,9 +74,11 @@ func NewLoader(hint ...LoaderHint) *Loader {
 	if len(hint) > 0 {
 		h := hint[0]
 		if h.WorkerKeys > 0 && h.HolderBlocks > 0 {
-			// A little over the mean: most workers fill their lists once.
+			// The reverse map of a worker a little over the mean: workers
+			// (caches of one size, mostly full) then have their maps built
+			// where their lists were, and no list grows.
 			if mean := h.HolderBlocks / h.WorkerKeys; mean <= prepMaxSlots {
-				l.perWorker = mean + mean/4 + 16
+				l.perWorker = loadedCap(mean + mean/16 + 16)
 			}
 		}
 		if h.Places >= prepMinPlaces && h.Places <= prepMaxPlaces && h.WorkerKeys > 0 && h.WorkerKeys <= MaxWorkerKeys &&
@@ -408,12 +413,13 @@ func (l *Loader) Finish(c Counters) (*Index, error) {
 	)
 	for range min(runtime.GOMAXPROCS(0), tasks) {
 		wg.Go(func() {
+			var scratch []revSlot
 			for t := int(next.Add(1) - 1); t < tasks; t = int(next.Add(1) - 1) {
 				var err error
 				if t < shardCount {
 					err = ix.shards[t].buildTable()
 				} else {
-					err = ix.workers[t-shardCount].buildRev(l.pending[t-shardCount])
+					scratch, err = ix.workers[t-shardCount].buildRev(l.pending[t-shardCount], scratch)
 					l.pending[t-shardCount] = nil
 				}
 				if err != nil {
@@ -462,16 +468,30 @@ func (s *shard) buildTable() error {
 	return nil
 }
 
-// buildRev builds the worker's reverse map from its blocks.
-func (w *worker) buildRev(blocks []revSlot) error {
-	w.rev.slots = hugeAdvised(make([]revSlot, loadedCap(len(blocks))))
+// buildRev builds the worker's reverse map from its blocks, in the blocks'
+// own memory when the map fills most of it (they are copied to scratch
+// first, which it returns for the next call): at 10M holder-blocks the
+// lists and the maps were 154 and 205 MB of fresh memory, the main cost of
+// a restart. A list much larger than the map (a worker well under the
+// mean) is left to the collector, so that the map wastes at most an eighth
+// of its memory.
+func (w *worker) buildRev(blocks, scratch []revSlot) ([]revSlot, error) {
+	n := loadedCap(len(blocks))
+	if c := cap(blocks); c >= n && n >= c-c/8 {
+		scratch = append(scratch[:0], blocks...)
+		w.rev.slots = blocks[:n]
+		clear(w.rev.slots)
+		blocks = scratch
+	} else {
+		w.rev.slots = hugeAdvised(make([]revSlot, n))
+	}
 	for _, b := range blocks {
 		at, stop := w.rev.findMixed(b.mixed())
 		if at >= 0 {
-			return fmt.Errorf("worker %v holds block %d twice", w.key, unmix64(b.mixed()))
+			return scratch, fmt.Errorf("worker %v holds block %d twice", w.key, unmix64(b.mixed()))
 		}
 		w.rev.insertAt(stop, b)
 		w.rev.n++
 	}
-	return nil
+	return scratch, nil
 }
