@@ -31,7 +31,8 @@ type Loader struct {
 	pending   [][]revSlot // by dense worker id: reverse-map slots to insert (12 bytes: less memory to fault in)
 	// perWorker is the first capacity of a pending list: room for the
 	// reverse map of a worker a little over the mean, which Finish builds
-	// in the list's own memory (see buildRev).
+	// in the list's own memory (see buildRev) when the mean is more than a
+	// couple of hundred blocks (below, the map's memory is trivial).
 	perWorker int
 	// recent caches worker lookups: holders of nearby places are mostly
 	// the same few worker keys, and a map lookup per holder shows.
