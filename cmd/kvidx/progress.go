@@ -20,13 +20,7 @@ type reporter struct {
 }
 
 func newReporter(w io.Writer) *reporter {
-	rep := &reporter{w: w, last: time.Now()}
-	if f, ok := w.(*os.File); ok {
-		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
-			rep.tty = true
-		}
-	}
-	return rep
+	return &reporter{w: w, tty: isTerminal(w), last: time.Now()}
 }
 
 // printf writes one diagnostic line.

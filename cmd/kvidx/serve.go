@@ -64,7 +64,8 @@ the HTTP API on --listen:
 An event request is acknowledged once it is durable under --sync and applied.
 Snapshots are taken every --snapshot-every-events events and every
 --snapshot-interval (when something changed), and at shutdown (SIGTERM or
-SIGINT) unless --final-snapshot=false. A shutdown waits up to 30 s for
+SIGINT, when the index changed since the last one) unless
+--final-snapshot=false. A shutdown waits up to 30 s for
 requests in flight; requests whose bodies have not arrived by then are
 dropped unanswered (nothing of them was acknowledged). The exit status is 1
 when the WAL was fenced (a write or fsync failed), a batch was still being

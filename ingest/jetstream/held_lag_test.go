@@ -33,7 +33,8 @@ func TestLagWhileHeldByTailGapGrows(t *testing.T) {
 	close(st.gate)
 	waitUntil(t, "the tail gap", 10*time.Second, func() bool { return src.Status().Gap != "" })
 	publishCleared(t, url, 5) // 11..15: never applied while held
-	time.Sleep(7 * time.Second)
+	// The held source counts its lag again every 5 s.
+	waitUntil(t, "the lag to count 11..15", 20*time.Second, func() bool { return src.Status().Lag >= 5 })
 	if s := src.Status(); s.Applied != 5 || s.Lag < 5 {
 		t.Fatalf("held at 5 with messages 11..15 not applied, yet status %+v (lag %d)", s, s.Lag)
 	}
@@ -59,7 +60,7 @@ func TestLagWhileHeldByBatchGapGrows(t *testing.T) {
 	waitUntil(t, "the gap", 10*time.Second, func() bool { return src.Status().Gap != "" })
 	lag := src.Status().Lag
 	publishCleared(t, url, 5) // 11..15
-	time.Sleep(7 * time.Second)
+	waitUntil(t, "the lag to count 11..15", 20*time.Second, func() bool { return src.Status().Lag >= lag+5 })
 	if s := src.Status(); s.Lag < lag+5 {
 		t.Fatalf("lag %d when held, 5 more messages not applied since, yet status %+v", lag, s)
 	}

@@ -55,10 +55,7 @@ func TestStreamSubjectsNarrowedAtRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	src := New(Config{URL: url, Stream: testStream, Subject: testPrefix + ".>"}, st)
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { src.Run(rctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	defer runInBackground(src)()
 	time.Sleep(2 * time.Second)
 	last := publishRaw(t, url, testPrefix+".1", []byte(`{"worker_id":1,"event":{"event_id":5,"data":"cleared"}}`)) // 5
 	waitUntil(t, "message 5 applied, or a gap", 10*time.Second, func() bool { s := src.Status(); return s.Applied >= last || s.Gap != "" })
