@@ -31,8 +31,8 @@ func TestLagWhileHeldByGap(t *testing.T) {
 	}
 }
 
-// A replica held by a gap found while running: its lag counts the
-// messages after the gap it holds back.
+// A replica held by a gap found while running (in a batch): its lag counts
+// the messages after the gap it holds back, and those that come later.
 func TestLagWhileHeldByGapRunning(t *testing.T) {
 	url := natstest.Start(t)
 	publishCleared(t, url, 10)
@@ -51,5 +51,39 @@ func TestLagWhileHeldByGapRunning(t *testing.T) {
 	waitUntil(t, "the gap", 10*time.Second, func() bool { return src.Status().Gap != "" })
 	if s := src.Status(); s.Lag != 5 {
 		t.Fatalf("status %+v: 5 messages (6..10) held back, lag %d", s, s.Lag)
+	}
+	// Messages published while held are not applied either: the held
+	// source counts its lag again every 5 s. Found by review.
+	publishCleared(t, url, 5) // 11..15
+	waitUntil(t, "the lag to count 11..15", 20*time.Second, func() bool { return src.Status().Lag >= 10 })
+}
+
+// A replica held by a tail gap found while running applies nothing more:
+// messages published after the gap are not applied, and its lag
+// (kvidx_source_lag_messages) must count them, not stay at the 0 it had
+// when the gap was found.
+func TestLagWhileHeldByTailGapGrows(t *testing.T) {
+	url := natstest.Start(t)
+	publishCleared(t, url, 10)
+	st := &gateStore{gate: make(chan struct{}), entered: make(chan struct{}, 16), gateAt: 5}
+	src := New(Config{URL: url, Stream: testStream, BatchMax: 1}, st)
+	defer runInBackground(src)()
+	waitAppending(t, st)
+	stream, err := jetStream(t, url).Stream(context.Background(), testStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seq := uint64(6); seq <= 10; seq++ {
+		if err := stream.DeleteMsg(context.Background(), seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(st.gate)
+	waitUntil(t, "the tail gap", 10*time.Second, func() bool { return src.Status().Gap != "" })
+	publishCleared(t, url, 5) // 11..15: never applied while held
+	// The held source counts its lag again every 5 s.
+	waitUntil(t, "the lag to count 11..15", 20*time.Second, func() bool { return src.Status().Lag >= 5 })
+	if s := src.Status(); s.Applied != 5 || s.Lag < 5 {
+		t.Fatalf("held at 5 with messages 11..15 not applied, yet status %+v (lag %d)", s, s.Lag)
 	}
 }
