@@ -80,8 +80,11 @@ func (g *grower) run() {
 		if len(g.jobs) == 0 {
 			g.running = false
 			g.jobs = nil
-			close(g.idle)
+			idle := g.idle
 			g.mu.Unlock()
+			// Nothing of the index is live on this goroutine from here
+			// on: a collection right after wait returns may free it.
+			close(idle)
 			return
 		}
 		job := g.jobs[0]
