@@ -6,29 +6,30 @@ import (
 	"time"
 )
 
-// fillUntilGrowing applies chains of blocks to ix until, right after an
-// Apply, the grower is busy topping up the page pool.
-func fillUntilGrowing(t *testing.T, ix *Index) {
+// fillUntil applies chains of blocks to ix until, right after an Apply,
+// the grower is in the state done looks for (skipping the test if it never
+// is).
+func fillUntil(t *testing.T, ix *Index, what string, done func() bool) {
 	t.Helper()
 	next := uint64(1)
-	for round := 0; round < 2000; round++ {
+	for round := 0; round < 4000; round++ {
 		ev := Event{Worker: WorkerKey{WorkerID: uint64(round % 8)}, Kind: KindStored}
 		for range 512 {
 			ev.Blocks = append(ev.Blocks, Block{BlockHash: next, TokensHash: next * 31})
 			next++
 		}
-		ev.HasStartPosition, ev.StartPosition = true, 0
+		ev.HasStartPosition, ev.StartPosition = true, uint64(round/8)*512
 		if err := ix.Apply(&ev); err != nil {
 			t.Fatal(err)
 		}
 		ix.grow.mu.Lock()
-		busy := ix.grow.running && ix.grow.pagesWanted.Load() == false && len(ix.grow.pages) < sparePages/2
+		ok := done()
 		ix.grow.mu.Unlock()
-		if busy && len(ix.shards[0].pages) > 2 {
+		if ok {
 			return
 		}
 	}
-	t.Skip("grower never caught busy")
+	t.Skip("the grower was never seen " + what)
 }
 
 func heapInUse() uint64 {
@@ -43,7 +44,10 @@ func heapInUse() uint64 {
 // Found by review.
 func TestHeapAfterCollectionIsIndexOwn(t *testing.T) {
 	ix := New()
-	fillUntilGrowing(t, ix)
+	fillUntil(t, ix, "topping up the page pool", func() bool {
+		g := &ix.grow
+		return g.running && !g.pagesWanted.Load() && len(g.pages) < sparePages/2 && len(ix.shards[0].pages) > 2
+	})
 	ix.WaitGrowth()
 	during := heapInUse()
 	waitGrower(t, &ix.grow)
@@ -55,37 +59,11 @@ func TestHeapAfterCollectionIsIndexOwn(t *testing.T) {
 	}
 }
 
-// fillUntilQueued applies chains of blocks to ix until, right after an
-// Apply, the grower has at least n jobs queued.
-func fillUntilQueued(t *testing.T, ix *Index, n int) {
-	t.Helper()
-	next := uint64(1)
-	for round := 0; round < 4000; round++ {
-		ev := Event{Worker: WorkerKey{WorkerID: uint64(round % 8)}, Kind: KindStored}
-		for range 512 {
-			ev.Blocks = append(ev.Blocks, Block{BlockHash: next, TokensHash: next * 31})
-			next++
-		}
-		ev.HasStartPosition, ev.StartPosition = true, uint64(round/8)*512
-		if err := ix.Apply(&ev); err != nil {
-			t.Fatal(err)
-		}
-		ix.grow.mu.Lock()
-		queued := len(ix.grow.jobs)
-		ix.grow.mu.Unlock()
-		if queued >= n {
-			t.Logf("%d jobs queued after %d blocks", queued, next-1)
-			return
-		}
-	}
-	t.Skip("grower never had the jobs queued")
-}
-
 // An index dropped by its owner, as the workload's heap figure drops it
 // (ix = nil, then a collection), is collected by that collection.
 func TestDroppedIndexCollectedWhileGrowing(t *testing.T) {
 	ix := New()
-	fillUntilQueued(t, ix, 16)
+	fillUntil(t, ix, "with 16 jobs queued", func() bool { return len(ix.grow.jobs) >= 16 })
 	ix.WaitGrowth()
 	freed := make(chan struct{})
 	runtime.AddCleanup(ix, func(ch chan struct{}) { close(ch) }, freed)
