@@ -33,7 +33,7 @@ type grower struct {
 	running bool
 	idle    chan struct{} // closed when the running goroutine ends
 
-	pages       chan weak.Pointer[place]
+	pages       chan weakSlice[place]
 	pagesWanted atomic.Bool // a top-up of pages is queued
 	// minBytes is the smallest table worth preparing (prepMinBytes; tests
 	// lower it to have small tables prepared too).
@@ -59,7 +59,7 @@ const (
 )
 
 func newGrower() grower {
-	return grower{pages: make(chan weak.Pointer[place], sparePages), minBytes: prepMinBytes}
+	return grower{pages: make(chan weakSlice[place], sparePages), minBytes: prepMinBytes}
 }
 
 // post queues job and starts the goroutine if it is not running.
@@ -122,8 +122,8 @@ func (g *grower) page() []place {
 	for {
 		select {
 		case w := <-g.pages:
-			if p := w.Value(); p != nil {
-				return unsafe.Slice(p, pageSize)
+			if pg := w.get(); pg != nil {
+				return pg
 			}
 		default:
 			return nil
@@ -140,7 +140,7 @@ func (g *grower) topUpPages() {
 		for len(g.pages) < cap(g.pages) {
 			pg := touched(populated(make([]place, pageSize)), placeBytes)
 			select {
-			case g.pages <- weak.Make(&pg[0]):
+			case g.pages <- weakOf(pg):
 			default:
 				return
 			}
@@ -148,25 +148,33 @@ func (g *grower) topUpPages() {
 	})
 }
 
-// spare is memory prepared for one coming resize, held weakly (see grower).
-type spare[T any] struct {
-	p atomic.Pointer[spareBuf[T]]
-}
-
-type spareBuf[T any] struct {
+// weakSlice holds a slice weakly: a collection may take its memory back
+// while nothing else holds it (see grower).
+type weakSlice[T any] struct {
 	first weak.Pointer[T]
 	n     int
+}
+
+func weakOf[T any](buf []T) weakSlice[T] { return weakSlice[T]{first: weak.Make(&buf[0]), n: len(buf)} }
+
+// get returns the slice, or nil once a collection took it.
+func (w weakSlice[T]) get() []T {
+	if p := w.first.Value(); p != nil {
+		return unsafe.Slice(p, w.n)
+	}
+	return nil
+}
+
+// spare is memory prepared for one coming resize, held weakly.
+type spare[T any] struct {
+	p atomic.Pointer[weakSlice[T]]
 }
 
 // take returns the prepared memory if it is n elements long and still
 // there, else nil; either way the spare is empty afterwards.
 func (s *spare[T]) take(n int) []T {
-	b := s.p.Swap(nil)
-	if b == nil || b.n != n {
-		return nil
-	}
-	if p := b.first.Value(); p != nil {
-		return unsafe.Slice(p, n)
+	if w := s.p.Swap(nil); w != nil && w.n == n {
+		return w.get()
 	}
 	return nil
 }
@@ -178,8 +186,8 @@ func prepare[T any](g *grower, sp *spare[T], n, elemBytes int) {
 		return
 	}
 	g.post(func() {
-		buf := touched(populated(make([]T, n)), elemBytes)
-		sp.p.Store(&spareBuf[T]{first: weak.Make(&buf[0]), n: n})
+		w := weakOf(touched(populated(make([]T, n)), elemBytes))
+		sp.p.Store(&w)
 	})
 }
 

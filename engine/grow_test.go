@@ -30,12 +30,8 @@ func noCollections(t *testing.T) {
 
 // held returns the memory sp holds, as a strong reference, or nil.
 func held[T any](sp *spare[T]) []T {
-	b := sp.p.Load()
-	if b == nil {
-		return nil
-	}
-	if p := b.first.Value(); p != nil {
-		return unsafe.Slice(p, b.n)
+	if w := sp.p.Load(); w != nil {
+		return w.get()
 	}
 	return nil
 }
