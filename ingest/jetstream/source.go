@@ -248,7 +248,10 @@ func (s *Source) session(ctx context.Context) error {
 		// Every message the stream holds now is one this replica has not
 		// applied (it starts past the position, or is a new stream): the
 		// lag says how far behind the replica is held.
-		lag := s.unapplied(ctx, stream, info)
+		lag, err := s.pendingFrom(ctx, stream, max(info.State.FirstSeq, 1))
+		if err != nil {
+			lag = info.State.Msgs
+		}
 		s.update(func(st *Status) { st.Gap, st.Lag = gap, lag })
 		s.log.Error("not applying: the stream lost messages this replica never applied, or was recreated; restart with --nats-allow-gap to continue without them", "gap", gap)
 		select {
@@ -532,24 +535,6 @@ func (s *Source) stillThere(ctx context.Context, stream js.Stream, seq uint64, n
 	}
 	narrowed(now.Config.Subjects, m)
 	return true
-}
-
-// unapplied counts the messages of the subject the stream described by
-// info holds, for a replica that has applied none of them; on error, the
-// stream's message count.
-func (s *Source) unapplied(ctx context.Context, stream js.Stream, info *js.StreamInfo) uint64 {
-	if coversStream(s.cfg.Subject, info.Config.Subjects) {
-		return info.State.Msgs
-	}
-	fi, err := stream.Info(ctx, js.WithSubjectFilter(s.cfg.Subject))
-	if err != nil {
-		return info.State.Msgs
-	}
-	var n uint64
-	for _, c := range fi.State.Subjects {
-		n += c
-	}
-	return n
 }
 
 // fetched is a message read from the stream, waiting to be applied.
