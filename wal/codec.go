@@ -184,6 +184,26 @@ func checkFrame(p []byte) error {
 	return err
 }
 
+// checkFrameAt is checkFrame for the entry read as entry index: a version 2
+// frame that carries another index is refused too.
+func checkFrameAt(p []byte, index uint64) error {
+	stored, _, err := frameData(p)
+	if err != nil {
+		return err
+	}
+	return matchIndex(stored, index)
+}
+
+// matchIndex refuses a frame that carries stored (0: none, version 1) where
+// entry index was expected: the framing before it is damaged, or the segment
+// is not the one its name says.
+func matchIndex(stored, index uint64) error {
+	if stored != 0 && stored != index {
+		return fmt.Errorf("the entry read as entry %d is entry %d (the framing before it damaged, or a segment file renamed or copied from elsewhere?): %w", index, stored, ErrCorrupt)
+	}
+	return nil
+}
+
 // frameData checks p as checkFrame does and returns the index it carries
 // (0 in a version 1 frame, which carries none) and its compressed data.
 func frameData(p []byte) (index uint64, z []byte, err error) {
@@ -216,8 +236,8 @@ func decodeEntry(p []byte, index uint64) ([]engine.Event, []Position, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if stored != 0 && stored != index {
-		return nil, nil, fmt.Errorf("the entry read as entry %d is entry %d (a segment file renamed, or copied from elsewhere?): %w", index, stored, ErrCorrupt)
+	if err := matchIndex(stored, index); err != nil {
+		return nil, nil, err
 	}
 	n, err := snappy.DecodedLen(z)
 	if err != nil {

@@ -301,7 +301,7 @@ func walkOnce(dir string, from, to uint64, fn func(Entry) error) (lay Layout, va
 			if !ok {
 				break
 			}
-			if ferr := checkFrame(p); ferr != nil {
+			if ferr := checkFrameAt(p, index); ferr != nil {
 				if last && good < 0 {
 					good = off
 				}

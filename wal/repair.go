@@ -102,6 +102,37 @@ func nextValid(b []byte, off int) int {
 	return -1
 }
 
+// entryAtOrAfter returns the offset of the first complete, valid version 2
+// frame in b that carries index or a later one, and the index it carries.
+// Version 1 frames carry no index and are passed over.
+func entryAtOrAfter(b []byte, index uint64) (off int, stored uint64, ok bool) {
+	for p := range b {
+		q, _, ok := nextEntry(b[p:])
+		if !ok {
+			continue
+		}
+		if stored, _, err := frameData(q); err == nil && stored >= index {
+			return p, stored, true
+		}
+	}
+	return 0, 0, false
+}
+
+// nextUnnumbered returns the offset of the first complete, valid version 1
+// frame (one that carries no index) starting after b[off], or -1.
+func nextUnnumbered(b []byte, off int) int {
+	for p := off + 1; p < len(b); p++ {
+		q, _, ok := nextEntry(b[p:])
+		if !ok {
+			continue
+		}
+		if stored, _, err := frameData(q); err == nil && stored == 0 {
+			return p
+		}
+	}
+	return -1
+}
+
 // validEntryAt reports whether a complete entry with a valid kvidx frame
 // starts at b[0].
 func validEntryAt(b []byte) bool {
@@ -494,17 +525,23 @@ func (e *DamageError) Unwrap() error { return ErrCorrupt }
 // to backupDir, as [RepairTruncateAfter] does. index may lie past the
 // log's last whole entry: the log is then left empty, and its next entry
 // gets index; a log with no segment at all (dir empty) is made to begin at
-// index likewise. When the last segment's framing breaks before index, the
-// entries after the break cannot be located: they may be entries index
-// and later. If valid entries follow the break, it refuses unless
-// dropUnlocated; then they are dropped with the rest, and unlocated is how
-// many bytes that was (bytes holding no valid entry, a torn tail, are
-// always dropped). It also refuses when the framing walk lands on no valid
-// entry at index but valid entries follow: the framing before index is
-// damaged, and the log's numbering cannot be trusted. The caller checks that a
+// index likewise.
+//
+// Entry index is found by the index its frame carries (version 2 frames,
+// what kvidx writes), so damage to the framing before it (a length prefix
+// that swallows the next entries, or breaks the framing) does not move the
+// cut; if that segment holds no valid frame of index but one of a later
+// entry, entry index is damaged and it refuses. Version 1 frames (logs
+// written before) carry no index and are found by counting frames: when
+// the last segment's framing breaks before index, the entries after the
+// break cannot be located, and may be entries index and later. If valid
+// version 1 entries follow the break, it refuses unless dropUnlocated; then
+// they are dropped with the rest, and unlocated is how many bytes that was
+// (bytes holding no valid entry, a torn tail, are always dropped). It also
+// refuses when counting lands on no valid entry at index but valid entries
+// follow: the log's numbering cannot be trusted. The caller checks that a
 // snapshot covers what is removed; without one, recovery refuses the log.
-// It takes the directory lock, so no Log may have dir open, and it walks
-// tidwall/wal's framing only, up to entry index.
+// It takes the directory lock, so no Log may have dir open.
 //
 // It writes the kept part of the segment holding index as tidwall/wal's
 // TruncateFront does: a new segment named index with the .START suffix
@@ -589,7 +626,19 @@ func repairTruncateBefore(dir string, index uint64, backupDir string, dropUnloca
 		whole++
 	}
 	var kept []byte
-	if si < len(segs)-1 || index-seg.index < whole {
+	// Version 2 frames carry their index, so entry index is located by
+	// it where it can be: counting frames miscounts after a damaged length
+	// prefix (a frame that swallows the next ones, garbage read as
+	// frames), and a cut placed by count would drop entries the snapshot
+	// does not hold. What lies before the located entry is entries before
+	// index or damage among them, which is what the cut is for.
+	if p, stored, ok := entryAtOrAfter(data, index); ok {
+		if stored != index {
+			return 0, fmt.Errorf("wal %s: segment %s: entry %d is missing or damaged (the first valid entry after it is entry %d, at offset %d): "+
+				"a cut before %d cannot keep it; nothing was changed: %w", dir, seg.name, index, stored, p, index, ErrCorrupt)
+		}
+		kept = data[p:]
+	} else if si < len(segs)-1 || index-seg.index < whole {
 		off := 0
 		for i := seg.index; i < index; i++ {
 			_, n, ok := nextEntry(data[off:])
@@ -602,6 +651,14 @@ func repairTruncateBefore(dir string, index uint64, backupDir string, dropUnloca
 		// prefix before index makes it count garbage as entries, and
 		// the cut would land inside an entry, numbering every later
 		// one wrong (and Open would refuse the log again).
+		if q, _, ok := nextEntry(data[off:]); ok {
+			// No valid frame carries index or later: one that carries
+			// an index here is an earlier entry, miscounted.
+			if stored, _, err := frameData(q); err == nil && stored != 0 {
+				return 0, fmt.Errorf("wal %s: segment %s offset %d: counting frames finds entry %d there, which is entry %d: the framing before it is damaged and entry %d is missing; nothing was changed: %w",
+					dir, seg.name, off, index, stored, index, ErrCorrupt)
+			}
+		}
 		if !validEntryAt(data[off:]) {
 			if p := nextValid(data, off); p >= 0 {
 				return 0, fmt.Errorf("wal %s: segment %s offset %d: the framing before entry %d is damaged (offset %d holds no valid entry, one starts at offset %d): "+
@@ -614,9 +671,11 @@ func repairTruncateBefore(dir string, index uint64, backupDir string, dropUnloca
 		// Past the end: everything goes, and the log restarts at index.
 		si = len(segs) - 1
 		unlocated = int64(len(data) - framed)
-		// Valid entries after the break may be entries index and later,
-		// which no snapshot holds: dropping them needs the caller's word.
-		if p := nextValid(data, framed); p >= 0 && !dropUnlocated {
+		// No valid frame here carries index or later (see above), but a
+		// version 1 frame carries no index: valid ones after the break may
+		// be entries index and later, which no snapshot holds, and
+		// dropping them needs the caller's word.
+		if p := nextUnnumbered(data, framed); p >= 0 && !dropUnlocated {
 			return 0, fmt.Errorf("wal %s: segment %s offset %d: the framing breaks after entry %d, and valid entries follow from offset %d: "+
 				"their indexes cannot be located, so they may be entries %d and later, which the cut must keep; nothing was changed "+
 				"(to drop them with the rest, a copy kept, the caller must allow it explicitly): %w (%w)",

@@ -2,8 +2,10 @@ package wal
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -744,52 +746,89 @@ func TestRepairTruncateBeforeCrash(t *testing.T) {
 	}
 }
 
-// TestRepairTruncateBeforeUnlocatedAfterIndex: a damaged length prefix
-// breaks the one segment's framing before the cut, and valid entries follow
-// the break. They may be entries at or after the cut, which no snapshot
-// holds, and the frame walk cannot number them: the repair refuses and
-// changes nothing, whether the framing resynchronises on garbage (the walk
-// would land inside an entry) or breaks for good (the entries would be
-// dropped as unlocated, allowed only on request).
+// Damaged framing before index: a snapshot would hold entries 1..4, and
+// entry 1's length prefix is damaged so that counting frames resynchronises
+// on garbage (the walk would land inside an entry) or breaks for good.
+// Version 2 frames carry their index: the cut finds entry 5 by it and keeps
+// 5..n. Version 1 frames (logs written before) carry none, and the entries
+// after the break cannot be numbered: the repair refuses and changes
+// nothing, and drops them as unlocated only on request.
 func TestRepairTruncateBeforeUnlocatedAfterIndex(t *testing.T) {
 	const n = 30
 	for _, tt := range []struct {
 		name   string
 		prefix []byte // written over entry 1's length prefix
-		want   string
 	}{
-		{"framing resynchronises", []byte{0xff}, "cannot be located"},
-		{"framing breaks", []byte{0xff, 0xff, 0xff, 0x7f}, "cannot be located"},
+		{"framing resynchronises", []byte{0xff}},
+		{"framing breaks", []byte{0xff, 0xff, 0xff, 0x7f}},
 	} {
-		t.Run(tt.name, func(t *testing.T) {
-			src, want := buildLog(t, n, 1<<20) // one segment
-			segs, _ := listSegments(src)
-			path := filepath.Join(src, segs[0].name)
-			data, _ := os.ReadFile(path)
-			copy(data, tt.prefix)
-			if err := os.WriteFile(path, data, 0o640); err != nil {
-				t.Fatal(err)
-			}
-			before := dirFiles(t, src)
-			// A snapshot would hold entries 1..4; entries 5..n are in the
-			// bytes after the damage.
-			unlocated, err := RepairTruncateBefore(src, 5, filepath.Join(t.TempDir(), "backup"), false)
-			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("cut after damaged framing: unlocated %d, %v; want a refusal", unlocated, err)
-			}
-			t.Log(err)
-			if after := dirFiles(t, src); !reflect.DeepEqual(after, before) {
-				t.Fatal("the refused repair changed the log")
-			}
-			if tt.name == "framing breaks" {
-				// Allowed explicitly, they go, and the log continues at 5.
-				unlocated, err := RepairTruncateBefore(src, 5, filepath.Join(t.TempDir(), "backup"), true)
-				if err != nil || unlocated != int64(len(data)) {
-					t.Fatalf("allowed: unlocated %d, %v", unlocated, err)
+		for _, v1 := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/version1=%v", tt.name, v1), func(t *testing.T) {
+				src, want := buildLog(t, n, 1<<20) // one segment
+				segs, _ := listSegments(src)
+				path := filepath.Join(src, segs[0].name)
+				if v1 {
+					toVersion1(t, path)
 				}
-				checkRange(t, src, want, 5, 4).Close()
-			}
-		})
+				data, _ := os.ReadFile(path)
+				copy(data, tt.prefix)
+				if err := os.WriteFile(path, data, 0o640); err != nil {
+					t.Fatal(err)
+				}
+				if !v1 {
+					if _, err := RepairTruncateBefore(src, 5, filepath.Join(t.TempDir(), "backup"), false); err != nil {
+						t.Fatalf("cut before 5: %v", err)
+					}
+					checkRange(t, src, want, 5, n).Close()
+					return
+				}
+				before := dirFiles(t, src)
+				unlocated, err := RepairTruncateBefore(src, 5, filepath.Join(t.TempDir(), "backup"), false)
+				if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "cannot be located") {
+					t.Fatalf("cut after damaged framing: unlocated %d, %v; want a refusal", unlocated, err)
+				}
+				if after := dirFiles(t, src); !reflect.DeepEqual(after, before) {
+					t.Fatal("the refused repair changed the log")
+				}
+				if tt.name == "framing breaks" {
+					// Allowed explicitly, they go, and the log continues at 5.
+					unlocated, err := RepairTruncateBefore(src, 5, filepath.Join(t.TempDir(), "backup"), true)
+					if err != nil || unlocated != int64(len(data)) {
+						t.Fatalf("allowed: unlocated %d, %v", unlocated, err)
+					}
+					checkRange(t, src, want, 5, 4).Close()
+				}
+			})
+		}
+	}
+}
+
+// toVersion1 rewrites a segment file's entries as version 1 frames, which
+// carry no index (what logs written before version 2 hold).
+func toVersion1(t *testing.T, path string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []byte
+	for off := 0; off < len(data); {
+		p, k, ok := nextEntry(data[off:])
+		if !ok {
+			break
+		}
+		off += k
+		_, z, err := frameData(p)
+		if err != nil {
+			break // the preallocated fill
+		}
+		f := append([]byte{formatVersion1, 0, 0, 0, 0}, z...)
+		binary.LittleEndian.PutUint32(f[1:frameHeader], crc32.Checksum(z, castagnoli))
+		out = binary.AppendUvarint(out, uint64(len(f)))
+		out = append(out, f...)
+	}
+	if err := os.WriteFile(path, out, 0o640); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -823,5 +862,149 @@ func TestRenamedSegmentRefused(t *testing.T) {
 	// The read-only walk (kvidx wal dump) refuses it too.
 	if _, err := Scan(dir, 0, 0, func(Entry) error { return nil }); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), want) {
 		t.Fatalf("scan: %v, want ErrCorrupt with %q", err, want)
+	}
+}
+
+// swallow widens the length prefix of the entry that ends at ends[k-1] (or
+// starts the segment, k = 0) so that its frame takes in the next n entries
+// too: tidwall/wal's framing still parses, its CRC fails, and counting
+// frames after it is n short. It assumes 1-byte length prefixes.
+func swallow(t *testing.T, path string, k, n int) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends := entryEnds(t, data)
+	start := 0
+	if k > 0 {
+		start = ends[k-1]
+	}
+	size := ends[k+n] - start - 1
+	if data[start] >= 0x80 || size >= 0x80 {
+		t.Fatalf("entry at %d: want 1-byte length prefixes", start)
+	}
+	data[start] = byte(size)
+	if err := os.WriteFile(path, data, 0o640); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A damaged length prefix makes counting frames miss entries: the cut
+// before an index locates that entry by the index its frame carries, and
+// keeps it and every later one, or refuses when the entry itself is
+// damaged. Found by review: the cut counted frames and dropped entries no
+// snapshot held.
+func TestRepairTruncateBeforeMiscountedFraming(t *testing.T) {
+	cases := []struct {
+		name    string
+		last    bool // the damage in the last segment, else in segment 8 (8..14)
+		index   uint64
+		refused bool
+	}{
+		// Entry 9's frame takes in 10 and 11, whose bytes are intact.
+		{"earlier segment, entry inside the damaged frame", false, 11, false},
+		{"earlier segment, first entry after the damaged frame", false, 12, false},
+		{"earlier segment, later entry", false, 13, false},
+		{"earlier segment, entry itself damaged too", false, 10, true},
+		{"last segment, after the damaged frame", true, 18, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			o := quietOpts()
+			o.SegmentSize = 200
+			l := mustOpen(t, dir, o)
+			lastIndex := 30
+			if c.last {
+				lastIndex = 18 // segments 1 (1..7), 8 (8..14), 15 (15..18)
+			}
+			appendN(t, l, 1, lastIndex)
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if c.last {
+				swallow(t, tailPath(t, dir), 1, 1) // entry 16 takes in 17
+			} else {
+				seg := filepath.Join(dir, "00000000000000000008")
+				if c.refused {
+					flipByte(t, seg, c.index-8)
+				}
+				swallow(t, seg, 1, 2) // 9 takes in 10, 11
+			}
+			_, err := RepairTruncateBefore(dir, c.index, filepath.Join(t.TempDir(), "backup"), false)
+			if c.refused {
+				if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), fmt.Sprintf("entry %d is missing or damaged", c.index)) {
+					t.Fatalf("cut before %d: %v, want a refusal naming the entry", c.index, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("cut before %d: %v", c.index, err)
+			}
+			l2, err := Open(dir, quietOpts())
+			if err != nil {
+				t.Fatalf("open after the cut: %v", err)
+			}
+			defer l2.Close()
+			if first, _ := l2.FirstIndex(); first != c.index {
+				t.Errorf("first index %d, want %d", first, c.index)
+			}
+			if last, _ := l2.LastIndex(); last != uint64(lastIndex) {
+				t.Errorf("last index %d, want %d", last, lastIndex)
+			}
+			n, err := readUntilError(l2)
+			if err != nil || n != lastIndex+1-int(c.index) {
+				t.Errorf("read %d entries (%v), want %d..%d", n, err, c.index, lastIndex)
+			}
+		})
+	}
+}
+
+// Entries that counting frames misnumbers after a damaged length prefix
+// are not readable, and Inspect does not count them as readable (found by
+// review: it counted frames that carry another entry's index).
+func TestInspectMislabelledEntries(t *testing.T) {
+	dir := t.TempDir()
+	o := quietOpts()
+	o.SegmentSize = 200
+	l := mustOpen(t, dir, o)
+	appendN(t, l, 1, 30)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	swallow(t, filepath.Join(dir, "00000000000000000008"), 1, 2)
+	lay, err := Inspect(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readable := uint64(0)
+	for i := lay.FirstIndex; i <= lay.LastIndex; i++ {
+		if _, err := Scan(dir, i, i, func(Entry) error { return nil }); err == nil {
+			readable++
+		}
+	}
+	if lay.Entries != readable {
+		t.Errorf("Inspect counts %d entries readable, %d read", lay.Entries, readable)
+	}
+	found := false
+	for _, d := range lay.Damage {
+		found = found || strings.Contains(d.Desc, "the entry read as entry 10 is entry 12")
+	}
+	if !found {
+		t.Errorf("damage %v does not name the mislabelled entry", lay.Damage)
+	}
+}
+
+// flipByte flips the last byte of the k-th entry (from 0) of a segment file.
+func flipByte(t *testing.T, path string, k uint64) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[entryEnds(t, data)[k]-1] ^= 0x20
+	if err := os.WriteFile(path, data, 0o640); err != nil {
+		t.Fatal(err)
 	}
 }

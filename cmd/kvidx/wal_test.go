@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"log/slog"
 	"os"
@@ -256,36 +257,89 @@ func TestWALRepairBeforeLostWAL(t *testing.T) {
 	checkRepaired(t, s, evs, 4)
 }
 
-// TestWALRepairBeforeUnlocatedRefused: a damaged length prefix breaks the
-// framing at entry 1, which a snapshot at 2 holds; entries 3..5 follow the
-// break, but no snapshot holds them and their indexes cannot be located.
-// --truncate-before 3 (what the startup error names) must not drop them
-// unasked.
-func TestWALRepairBeforeUnlocatedRefused(t *testing.T) {
-	data, opts, _ := repairDataDir(t, 5, 2)
-	ctx := context.Background()
-	seg := filepath.Join(data, "wal", fmt.Sprintf("%020d", 1))
-	b, err := os.ReadFile(seg)
+// A damaged length prefix breaks the framing at entry 1, which a snapshot
+// at 2 holds; entries 3..5 follow the break, and no snapshot holds them.
+// --truncate-before 3 (what the startup error names) finds entry 3 by the
+// index its frame carries and keeps 3..5 (counting frames dropped them:
+// found by review). In a log of version 1 frames, which carry no index,
+// they cannot be located: the repair refuses to drop them unasked, and
+// --drop-unlocated drops them.
+func TestWALRepairBeforeDamagedFraming(t *testing.T) {
+	for _, v1 := range []bool{false, true} {
+		t.Run(fmt.Sprintf("version1=%v", v1), func(t *testing.T) {
+			data, opts, evs := repairDataDir(t, 5, 2)
+			ctx := context.Background()
+			seg := filepath.Join(data, "wal", fmt.Sprintf("%020d", 1))
+			if v1 {
+				toVersion1(t, seg)
+			}
+			b, err := os.ReadFile(seg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			copy(b, []byte{0xff, 0xff, 0xff, 0x7f}) // entry 1's length, past the segment's end
+			if err := os.WriteFile(seg, b, 0o640); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := recovery.Open(ctx, data, opts); !errors.Is(err, wal.ErrCorrupt) || !strings.Contains(err.Error(), "--truncate-before 3 --yes") {
+				t.Fatalf("open: %v, want ErrCorrupt naming --truncate-before 3", err)
+			}
+			_, _, err = runKvidx(t, "", "wal", "repair", data, "--truncate-before", "3", "--yes", "--backup", filepath.Join(t.TempDir(), "b1"))
+			if !v1 {
+				if err != nil {
+					t.Fatalf("repair: %v", err)
+				}
+				s, err := recovery.Open(ctx, data, opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer s.Close()
+				checkRepaired(t, s, evs, 6)
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), "--drop-unlocated") {
+				t.Fatalf("repair dropping unlocated entries unasked: %v, want a refusal naming --drop-unlocated", err)
+			}
+			if after, _ := os.ReadFile(seg); string(after) != string(b) {
+				t.Fatal("the refused repair changed the segment")
+			}
+			_, stderr, err := runKvidx(t, "", "wal", "repair", data, "--truncate-before", "3", "--yes", "--drop-unlocated", "--backup", filepath.Join(t.TempDir(), "b2"))
+			if err != nil || !strings.Contains(stderr, "could not be located") {
+				t.Fatalf("repair with --drop-unlocated: %v, %q", err, stderr)
+			}
+		})
+	}
+}
+
+// toVersion1 rewrites a WAL segment's entries as version 1 frames (version
+// byte 1, CRC-32C of the snappy data, no index), as logs written before
+// frames carried their index hold them.
+func toVersion1(t *testing.T, path string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	copy(b, []byte{0xff, 0xff, 0xff, 0x7f}) // entry 1's length, past the segment's end
-	if err := os.WriteFile(seg, b, 0o640); err != nil {
+	var out []byte
+	for len(data) > 0 {
+		size, n := binary.Uvarint(data)
+		if n <= 0 || size > uint64(len(data)-n) {
+			break
+		}
+		p := data[n : n+int(size)]
+		data = data[n+int(size):]
+		if len(p) < 6 || p[0] != 2 {
+			break // the preallocated fill
+		}
+		_, k := binary.Uvarint(p[5:])
+		z := p[5+k:]
+		f := append([]byte{1, 0, 0, 0, 0}, z...)
+		binary.LittleEndian.PutUint32(f[1:5], crc32.Checksum(z, crc32.MakeTable(crc32.Castagnoli)))
+		out = binary.AppendUvarint(out, uint64(len(f)))
+		out = append(out, f...)
+	}
+	if err := os.WriteFile(path, out, 0o640); err != nil {
 		t.Fatal(err)
-	}
-	if _, err := recovery.Open(ctx, data, opts); !errors.Is(err, wal.ErrCorrupt) || !strings.Contains(err.Error(), "--truncate-before 3 --yes") {
-		t.Fatalf("open: %v, want ErrCorrupt naming --truncate-before 3", err)
-	}
-	_, _, err = runKvidx(t, "", "wal", "repair", data, "--truncate-before", "3", "--yes", "--backup", filepath.Join(t.TempDir(), "b1"))
-	if err == nil || !strings.Contains(err.Error(), "--drop-unlocated") {
-		t.Fatalf("repair dropping unlocated entries unasked: %v, want a refusal naming --drop-unlocated", err)
-	}
-	if after, _ := os.ReadFile(seg); string(after) != string(b) {
-		t.Fatal("the refused repair changed the segment")
-	}
-	_, stderr, err := runKvidx(t, "", "wal", "repair", data, "--truncate-before", "3", "--yes", "--drop-unlocated", "--backup", filepath.Join(t.TempDir(), "b2"))
-	if err != nil || !strings.Contains(stderr, "could not be located") {
-		t.Fatalf("repair with --drop-unlocated: %v, %q", err, stderr)
 	}
 }
 
