@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -265,9 +266,14 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	cfg.Logger = log
 	srv := node.New(cfg)
 	srv.SetStarting("recovering " + f.dataDir)
-	// Serve /healthz and /readyz while recovery runs.
+	// Serve /healthz and /readyz while recovery runs. The server's shutdown
+	// begins only once recovery has ended (runCtx): a signal during a
+	// recovery that completes anyway must find the store set, so that the
+	// shutdown takes its final snapshot and the next start replays nothing.
+	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopRun()
 	served := make(chan error, 1)
-	go func() { served <- srv.Run(ctx, ln) }()
+	go func() { served <- srv.Run(runCtx, ln) }()
 
 	store, err := recovery.Open(ctx, f.dataDir, recovery.Options{
 		Sync:          policy,
@@ -281,7 +287,13 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	})
 	if err != nil {
 		stop()
-		<-served
+		stopRun()
+		if runErr := <-served; errors.Is(err, context.Canceled) && ctx.Err() != nil && runErr == nil {
+			// SIGTERM or SIGINT during recovery: a clean stop, nothing
+			// acknowledged was at stake (the WAL holds it all).
+			log.Info("stopped during recovery")
+			return nil
+		}
 		return fmt.Errorf("serve: %w", err)
 	}
 	rep := store.Report()
@@ -297,13 +309,15 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	// slow client or a long final snapshot can still be cut short without
 	// SIGKILL. Nothing acknowledged is lost (the WAL holds it; an
 	// interrupted snapshot's temporary file is removed at the next start).
-	// (A signal during recovery ends it: recovery.Open returns.)
+	// (A signal during recovery ends it: recovery.Open returns, or, if it
+	// had finished, the shutdown begins here at once.)
 	go func() {
 		<-ctx.Done()
 		stop() // before the log line, which then holds when it is read
 		if cmd.Context().Err() == nil {
 			log.Info("shutting down; a second SIGTERM or SIGINT stops at once")
 		}
+		stopRun()
 	}()
 	for _, spec := range specs {
 		src := ingest.NewZMQSource(spec, srv.SourceStore(store), ingest.ZMQOptions{Logger: log})
@@ -321,8 +335,10 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		})
 		srv.GoSource(src.Run)
 	}
-	log.Info("ready", "data_dir", f.dataDir, "listen", ln.Addr().String(), "snapshot", rep.SnapshotUsed.Path,
-		"replayed_entries", rep.ReplayedEntries, "recovery", rep.Duration)
+	if ctx.Err() == nil { // else the shutdown has begun
+		log.Info("ready", "data_dir", f.dataDir, "listen", ln.Addr().String(), "snapshot", rep.SnapshotUsed.Path,
+			"replayed_entries", rep.ReplayedEntries, "recovery", rep.Duration)
+	}
 	runErr := <-served // Run has stopped the sources: the store can close
 	if err := store.Close(); err != nil {
 		runErr = errors.Join(runErr, err)
