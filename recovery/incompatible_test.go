@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/kvidx/kvidx/internal/snaptest"
@@ -66,5 +67,103 @@ func TestNewerFormatSnapshotNotMovedAside(t *testing.T) {
 				t.Fatalf("report %+v", r)
 			}
 		})
+	}
+}
+
+// A snapshot one session found unusable and left in place (another build's
+// format here) must not count among the K kept in a later session, which
+// loads a newer snapshot and never reads it: counted, it made pruning
+// delete the good fallback and truncate the WAL up to it, and one damaged
+// newest snapshot then left nothing to recover from (found by review).
+func TestUnusableSnapshotNotCountedNextSession(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	snapDir := filepath.Join(dir, SnapshotDirName)
+	s := mustOpen(t, dir, testOptions())
+	for i, b := range batches(9, 1, 30) {
+		mustAppend(t, s, b)
+		if i == 9 || i == 19 {
+			if _, _, err := s.Snapshot(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	snaptest.SetMeta(t, filepath.Join(snapDir, snapshot.FileName(20)), "format", binary.BigEndian.AppendUint32(nil, snapshot.FormatVersion+1))
+
+	// Session 1 skips 20, uses 10, and writes 31: it keeps 31 and 10.
+	s = mustOpen(t, dir, testOptions())
+	mustAppend(t, s, genBatch(9, 31))
+	if _, _, err := s.Snapshot(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Session 2 (kvidx recover after a clean stop, say) uses 31; its
+	// Snapshot writes nothing and applies retention.
+	s = mustOpen(t, dir, testOptions())
+	if _, _, err := s.Snapshot(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// One fault: the newest snapshot is damaged. Recovery falls back to 10.
+	if err := os.Truncate(filepath.Join(snapDir, snapshot.FileName(31)), 8192); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(ctx, dir, testOptions())
+	if err != nil {
+		t.Fatalf("one damaged snapshot made the directory unrecoverable: %v", err)
+	}
+	defer s.Close()
+	if used := s.Report().SnapshotUsed.Index; used != 10 {
+		t.Errorf("recovered from snapshot %d, want 10", used)
+	}
+}
+
+// A snapshot named past the WAL's end whose meta says an index the WAL
+// holds (a copy under a wrong name) proves nothing about the WAL's end: it
+// is skipped as damaged, like a misnamed snapshot within the WAL's range,
+// where recovery refused, saying acknowledged entries were missing, and
+// named a repair that refuses it (found by review).
+func TestMisnamedSnapshotPastWALEnd(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	snapDir := filepath.Join(dir, SnapshotDirName)
+	s := mustOpen(t, dir, testOptions())
+	for i, b := range batches(9, 1, 30) {
+		mustAppend(t, s, b)
+		if i == 19 {
+			if _, _, err := s.Snapshot(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(snapDir, snapshot.FileName(20)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrong := filepath.Join(snapDir, snapshot.FileName(99))
+	if err := os.WriteFile(wrong, data, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	s, err = Open(ctx, dir, testOptions())
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	defer s.Close()
+	rep := s.Report()
+	if rep.SnapshotUsed.Index != 20 || len(rep.SnapshotsSkipped) != 1 || !strings.Contains(rep.SnapshotsSkipped[0].Reason, "its meta says WAL index 20, its name 99") {
+		t.Errorf("used %d, skipped %+v; want 20, and 99 skipped as misnamed", rep.SnapshotUsed.Index, rep.SnapshotsSkipped)
+	}
+	if _, err := os.Stat(wrong + DamagedSuffix); err != nil {
+		t.Errorf("the misnamed snapshot was not moved aside: %v", err)
 	}
 }

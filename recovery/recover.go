@@ -45,17 +45,23 @@ func (s *Store) recover(ctx context.Context) error {
 	refuse := func(why string) error {
 		return s.unrecoverable(why, snaps, gaps)
 	}
-	// A published snapshot proves the WAL once reached its index.
-	if len(snaps) > 0 && snaps[0].Index > last {
-		return refuse(WALBehindSnapshot(s.dir, snaps[0], last))
-	}
-
 	var (
 		ix      *engine.Index
 		used    snapshot.File
 		meta    snapshot.Meta
 		damaged []snapshot.File
 	)
+	// A published snapshot proves the WAL once reached its index, unless
+	// its name is not its index.
+	for len(snaps) > 0 && snaps[0].Index > last {
+		m, why := Misnamed(snaps[0])
+		if why == "" || m > last {
+			return refuse(WALBehindSnapshot(s.dir, snaps[0], last))
+		}
+		s.skip(snaps[0], why)
+		damaged = append(damaged, snaps[0])
+		snaps = snaps[1:]
+	}
 	for _, f := range snaps {
 		if f.Index+1 < contig {
 			reason := fmt.Sprintf("the WAL does not reach back to it: entries %d..%d are needed", f.Index+1, contig-1)
@@ -81,7 +87,7 @@ func (s *Store) recover(ctx context.Context) error {
 			continue
 		}
 		if m.Index != f.Index {
-			s.skip(f, fmt.Sprintf("its meta says WAL index %d, its name %d", m.Index, f.Index))
+			s.skip(f, misnamed(m.Index, f))
 			damaged = append(damaged, f)
 			continue
 		}
@@ -94,6 +100,7 @@ func (s *Store) recover(ctx context.Context) error {
 		r.SnapshotUsed = SnapshotRef{Path: used.Path, Index: used.Index}
 		// Snapshot writes nothing until an entry follows the one loaded.
 		s.lastSnap, s.haveSnap = r.SnapshotUsed, true
+		s.count(used.Index)
 		s.applied = used.Index
 		for _, src := range meta.Sources {
 			s.positions = mergePosition(s.positions, wal.Position{Source: src.Name, Seq: src.Seq})
@@ -310,6 +317,26 @@ func (s *Store) loadProgress(path string, start time.Time) func(done, total int)
 			"places_per_s", int(float64(done-lastDone)/now.Sub(last).Seconds()))
 		last, lastDone = now, done
 	}
+}
+
+// Misnamed opens snapshot f (its meta, not its data) and, when the meta
+// says another WAL index than f's name, returns that index and why f is not
+// used. A file that cannot be opened returns "": the caller judges it as
+// it would otherwise.
+func Misnamed(f snapshot.File) (metaIndex uint64, why string) {
+	r, err := snapshot.Open(f.Path)
+	if err != nil {
+		return 0, ""
+	}
+	defer r.Close()
+	if m := r.Meta().Index; m != f.Index {
+		return m, misnamed(m, f)
+	}
+	return f.Index, ""
+}
+
+func misnamed(metaIndex uint64, f snapshot.File) string {
+	return fmt.Sprintf("its meta says WAL index %d, its name %d", metaIndex, f.Index)
 }
 
 // WALBehindSnapshot is why a data directory whose WAL ends at last, before

@@ -109,7 +109,12 @@ type Store struct {
 	// left in place (it could not read them, or the WAL does not reach back
 	// to them): pruning must not count them among the snapshots it keeps,
 	// nor truncate the WAL up to them. Guarded by snapMu.
-	unusable  map[uint64]bool
+	unusable map[uint64]bool
+	// counted holds the WAL indexes of the snapshots known to count among
+	// those kept: the one recovery loaded, those this Store wrote, and
+	// older ones that opened with a meta matching their name. Guarded by
+	// snapMu.
+	counted   map[uint64]bool
 	closed    atomic.Bool
 	closeErr  error
 	closeOnce sync.Once
@@ -330,6 +335,7 @@ func (s *Store) Snapshot(ctx context.Context) (path string, index uint64, err er
 	s.phase("published", index)
 	s.logger.Info("snapshot written", "path", path, "index", index, "duration", time.Since(start), "apply_pause", pause)
 	delete(s.unusable, index) // the file under its name is the one just written
+	s.count(index)
 	if err := s.retain(index); err != nil {
 		return path, index, err
 	}
@@ -355,8 +361,46 @@ func (s *Store) retain(index uint64) error {
 	return nil
 }
 
-// usable reports whether f may count among the snapshots kept.
-func (s *Store) usable(f snapshot.File) bool { return !s.unusable[f.Index] }
+// usable reports whether f may count among the snapshots kept. Recovery
+// stops at the first snapshot it can use, so older ones were never read in
+// this process: one that another build wrote, or that cannot be read, or
+// whose meta disagrees with its name (another session found it unusable
+// and left it in place) must not count, or pruning would delete the good
+// fallback behind it and truncate the WAL up to it. Each is opened once
+// (meta and worker table, not the data) before it first counts.
+func (s *Store) usable(f snapshot.File) bool {
+	if s.unusable[f.Index] {
+		return false
+	}
+	if s.counted[f.Index] {
+		return true
+	}
+	r, err := snapshot.Open(f.Path)
+	if err == nil {
+		if m := r.Meta(); m.Index != f.Index {
+			err = errors.New(misnamed(m.Index, f))
+		}
+		r.Close()
+	}
+	if err != nil {
+		s.logger.Warn("snapshot not counted among those kept", "path", f.Path, "err", err)
+		if s.unusable == nil {
+			s.unusable = map[uint64]bool{}
+		}
+		s.unusable[f.Index] = true
+		return false
+	}
+	s.count(f.Index)
+	return true
+}
+
+// count records that the snapshot at index counts among those kept.
+func (s *Store) count(index uint64) {
+	if s.counted == nil {
+		s.counted = map[uint64]bool{}
+	}
+	s.counted[index] = true
+}
 
 func (s *Store) phase(p string, index uint64) {
 	if s.hook != nil {

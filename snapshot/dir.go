@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -51,7 +52,10 @@ type File struct {
 }
 
 // List returns the published snapshots in dir, newest (highest WAL index)
-// first. It does not open them. A missing dir holds no snapshot.
+// first. It does not open them. A missing dir holds no snapshot. A symbolic
+// link is followed (an operator may link a snapshot kept elsewhere), and
+// one that leads to no regular file, like any other entry that is not a
+// regular file, is passed over.
 func List(dir string) ([]File, error) {
 	ents, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
@@ -63,15 +67,18 @@ func List(dir string) ([]File, error) {
 	var out []File
 	for _, e := range ents {
 		n, ok := ParseFileName(e.Name())
-		if !ok || !e.Type().IsRegular() {
+		if !ok || !e.Type().IsRegular() && e.Type() != fs.ModeSymlink {
 			continue
 		}
-		fi, err := e.Info()
+		fi, err := os.Stat(filepath.Join(dir, e.Name()))
 		if err != nil {
 			if errors.Is(err, os.ErrNotExist) {
-				continue
+				continue // pruned meanwhile, or a dangling link
 			}
 			return nil, fmt.Errorf("snapshot dir %s: %w", dir, err)
+		}
+		if !fi.Mode().IsRegular() {
+			continue
 		}
 		out = append(out, File{Path: filepath.Join(dir, e.Name()), Index: n, Size: fi.Size()})
 	}

@@ -40,7 +40,7 @@ func TestDryRunAgreesWithOpenTable(t *testing.T) {
 		}},
 		{"meta index disagrees", func(t *testing.T, dir string) func() { os.Rename(snap(dir, 50), snap(dir, 55)); return nil }},
 		{"meta index disagrees lower", func(t *testing.T, dir string) func() { os.Rename(snap(dir, 50), snap(dir, 45)); return nil }},
-		{"beyond WAL end", func(t *testing.T, dir string) func() {
+		{"a copy named beyond the WAL's end", func(t *testing.T, dir string) func() {
 			b, _ := os.ReadFile(snap(dir, 50))
 			os.WriteFile(snap(dir, 99), b, 0o644)
 			return nil
@@ -82,6 +82,11 @@ func TestDryRunAgreesWithOpenTable(t *testing.T) {
 		}},
 		{"newest of a newer format", func(t *testing.T, dir string) func() {
 			snaptest.SetMeta(t, snap(dir, 50), "format", binary.BigEndian.AppendUint32(nil, snapshot.FormatVersion+1))
+			return nil
+		}},
+		{"the WAL's lock file is a directory", func(t *testing.T, dir string) func() {
+			os.Remove(filepath.Join(dir, "wal", "LOCK"))
+			os.Mkdir(filepath.Join(dir, "wal", "LOCK"), 0o755)
 			return nil
 		}},
 		{"snapshot dir entry is a directory", func(t *testing.T, dir string) func() {

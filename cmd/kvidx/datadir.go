@@ -205,6 +205,16 @@ func planRecoveryRead(ctx context.Context, dir string, load bool, progress io.Wr
 		p.Refusal = p.FormatProblem
 		return p, nil, nil
 	}
+	if fi, err := os.Stat(filepath.Join(p.walDir, wal.LockFileName)); err == nil && !fi.Mode().IsRegular() {
+		// A restart opens the lock file first, and could not.
+		kind := "a directory"
+		if !fi.IsDir() {
+			kind = "of type " + fi.Mode().Type().String()
+		}
+		p.Refusal = fmt.Sprintf("the WAL's lock file %s is %s, not a regular file: the lock cannot be taken",
+			filepath.Join(recovery.WALDirName, wal.LockFileName), kind)
+		return p, nil, nil
+	}
 	if lerr != nil {
 		w.OpenRefusal = sanitize(refusalText(dir, lerr), dir)
 		p.Refusal = "the WAL cannot be opened: " + w.OpenRefusal
@@ -227,7 +237,13 @@ func planRecoveryRead(ctx context.Context, dir string, load bool, progress io.Wr
 	for _, g := range lay.Gaps {
 		contig = max(contig, g.To+1)
 	}
-	if len(snaps) > 0 && snaps[0].Index > last {
+	for len(snaps) > 0 && snaps[0].Index > last {
+		if m, why := recovery.Misnamed(snaps[0]); why != "" && m <= last {
+			// Its name is not its index: recovery does without it.
+			p.Skipped = append(p.Skipped, skipped{File: filepath.Base(snaps[0].Path), Index: snaps[0].Index, Reason: why})
+			snaps = snaps[1:]
+			continue
+		}
 		// Published after the WAL was read, or the WAL really lost its end:
 		// reading again tells.
 		*raced = true
