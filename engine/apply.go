@@ -91,6 +91,8 @@ func (ix *Index) store(ev *Event) error {
 		}
 		id, w = ix.addWorker(ev.Worker)
 	}
+	ix.beginChange(id)
+	defer ix.endChange(id)
 	seqs, hashes := ix.prefetchStore(w, ev, pos, prevSeq)
 	for i, b := range ev.Blocks {
 		seq := seqs[i]
@@ -204,6 +206,8 @@ func (ix *Index) remove(ev *Event) {
 		ix.counters.BlockNotFound += uint64(len(ev.BlockHashes))
 		return
 	}
+	ix.beginChange(id)
+	defer ix.endChange(id)
 	for _, ref := range ix.takeRemoved(w, ev.BlockHashes) {
 		if ref == 0 {
 			ix.counters.BlockNotFound++
@@ -225,6 +229,8 @@ func (ix *Index) remove(ev *Event) {
 
 // clear removes every block of worker id and forgets it.
 func (ix *Index) clear(id uint32, w *worker) {
+	ix.beginChange(id)
+	defer ix.endChange(id)
 	// Blocks leave one at a time; meanwhile a query must not assume no holes.
 	ix.setLinear(id, true)
 	w.rev.each(func(_ uint64, ref uint32) {

@@ -24,7 +24,14 @@ type Index struct {
 	// Every change moves it to the next value (see setLinear), so that a
 	// query can tell whether it changed while the query ran. Written by the
 	// writer, read atomically by queries.
-	linear  []uint32
+	linear []uint32
+	// changes, by dense id, is odd while an event changes that worker's
+	// holds and moves on by one at its start and at its end (see
+	// beginChange): a query that scores a worker position by position,
+	// probing each at another moment, compares it before and after, so
+	// that the score is of one moment. Written by the writer, read
+	// atomically by queries; never reset, so a reused id cannot repeat it.
+	changes []uint32
 	order   []uint32 // dense ids sorted by key
 	byKey   map[WorkerKey]uint32
 	freeIDs []uint32

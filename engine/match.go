@@ -16,6 +16,7 @@ type matchScratch struct {
 	tmp   []uint32 // by dense id: epoch stamps of short-lived sets
 	cand  []uint32 // by dense id: candidate stamp
 	gen   []uint32 // by dense id: the worker's linear word when the query read it
+	chg   []uint32 // by dense id: the worker's changes word when its scan began
 	count []int32  // by score: for ordering large results
 	epoch uint32
 }
@@ -28,18 +29,25 @@ func (m *matchScratch) reset(workers, queryBlocks int) {
 		m.tmp = make([]uint32, workers)
 		m.cand = make([]uint32, workers)
 		m.gen = make([]uint32, workers)
+		m.chg = make([]uint32, workers)
 		m.epoch = 0
 	}
-	// A query takes at most 6 epochs a block and 3 more (the bisection's
-	// splits and leaves, the linear scans' positions, the candidates, the
-	// clean set, the ordering). The stamps restart before a query that
-	// could wrap them: after a wrap inside a query, stamps made earlier in
-	// it would read as current or be cleared while in use.
-	if uint64(m.epoch)+6*uint64(queryBlocks)+8 > math.MaxUint32 {
+	// A query takes at most epochsPerBlock epochs a block and 3 more (the
+	// bisection's splits and leaves, the linear scans' positions, the
+	// candidates, the clean set, the ordering). The stamps restart before a
+	// query that could wrap them: after a wrap inside a query, stamps made
+	// earlier in it would read as current or be cleared while in use.
+	if uint64(m.epoch)+epochsPerBlock*uint64(queryBlocks)+8 > math.MaxUint32 {
 		m.restart()
 	}
 	m.arena = m.arena[:0]
 }
+
+// epochsPerBlock bounds a query's epochs a block: 5 for the bisection, and
+// one a position for each of the up to maxRescans+1 scans of both
+// scanLinear calls (the workers with holes, and those that got one while
+// the bisection ran).
+const epochsPerBlock = 5 + 2*(maxRescans+1)
 
 // restart clears every stamp, so that epochs can start again from 1.
 func (m *matchScratch) restart() {
@@ -157,6 +165,9 @@ func (ix *Index) Match(localHashes []uint64, candidates []WorkerKey) []Score {
 	if len(lin) > 0 {
 		ix.scanLinear(m, lin)
 	}
+	// A worker scanned again from position 0 may no longer hold it.
+	s0, lin = scoring(m, s0), scoring(m, lin)
+	scorers = len(s0) + len(lin)
 	out = make([]Score, 0, scorers)
 	if scorers <= 16 {
 		for _, set := range [][]uint32{s0, lin} {
@@ -170,17 +181,37 @@ func (ix *Index) Match(localHashes []uint64, candidates []WorkerKey) []Score {
 	return ix.orderScores(m, out, s0, lin, n)
 }
 
+// scoring keeps the ids of set with a score above 0, in place.
+func scoring(m *matchScratch, set []uint32) []uint32 {
+	k := 0
+	for _, id := range set {
+		if m.score[id] > 0 {
+			set[k] = id
+			k++
+		}
+	}
+	return set[:k]
+}
+
 // holdersAt appends to the arena the dense ids holding the query's block at pos.
 func (ix *Index) holdersAt(m *matchScratch, pos int) []uint32 {
-	th, seq := m.local[pos], m.seqs[pos]
-	h := keyHash(uint32(pos), th)
+	h := m.keyHash(pos)
 	s := &ix.shards[h>>(64-shardBits)]
-	start := len(m.arena)
 	s.mu.RLock()
-	if local := s.lookup(uint32(pos), th, seq, fingerprint(h)); local != 0 {
+	set := ix.holdersIn(m, pos, s, h)
+	s.mu.RUnlock()
+	return set
+}
+
+// keyHash is the key hash of the query's block at pos.
+func (m *matchScratch) keyHash(pos int) uint64 { return keyHash(uint32(pos), m.local[pos]) }
+
+// holdersIn is holdersAt with shard s (of key hash h) already read-locked.
+func (ix *Index) holdersIn(m *matchScratch, pos int, s *shard, h uint64) []uint32 {
+	start := len(m.arena)
+	if local := s.lookup(uint32(pos), m.local[pos], m.seqs[pos], fingerprint(h)); local != 0 {
 		m.arena = s.appendHolderIDs(m.arena, s.place(local))
 	}
-	s.mu.RUnlock()
 	return m.arena[start:]
 }
 
@@ -251,15 +282,75 @@ func (ix *Index) within(m *matchScratch, a, set []uint32) []uint32 {
 	return m.arena[start:]
 }
 
-// scanLinear scores workers that may have holes by probing every position
-// until none of them is left.
-func (ix *Index) scanLinear(m *matchScratch, alive []uint32) {
+// maxRescans bounds how often scanLinear scans workers that events keep
+// changing before it scans them with the query's shards read-locked.
+const maxRescans = 3
+
+// scanLinear scores workers that may have holes by probing every position,
+// from 0, until none of them is left. The positions are probed at
+// different moments, so a worker that an event changed meanwhile could be
+// given a prefix it never held at once (position 1 held before a removal,
+// position 2 after a store): a worker whose changes word moved during its
+// scan, or was odd (an event under way), is scanned again, and after
+// maxRescans scans with the shards of the query's blocks read-locked, which
+// no event can change meanwhile.
+func (ix *Index) scanLinear(m *matchScratch, ids []uint32) {
+	start := len(m.arena)
+	m.arena = append(m.arena, ids...)
+	todo := m.arena[start:]
+	for try := 0; len(todo) > 0; try++ {
+		if try == maxRescans {
+			ix.scanLocked(m, todo)
+			return
+		}
+		for _, id := range todo {
+			m.chg[id] = atomic.LoadUint32(&ix.changes[id])
+		}
+		ix.scanPositions(m, todo, ix.holdersAt)
+		k := 0
+		for _, id := range todo {
+			if c := atomic.LoadUint32(&ix.changes[id]); c != m.chg[id] || c&1 != 0 {
+				todo[k] = id
+				k++
+			}
+		}
+		todo = todo[:k]
+	}
+}
+
+// scanLocked is scanLinear's last resort: it read-locks the shards of the
+// query's blocks, in shard order (a writer holds one shard lock at a time,
+// so this cannot deadlock), and scans the workers once.
+func (ix *Index) scanLocked(m *matchScratch, ids []uint32) {
+	var locked uint64
+	for pos := range m.seqs {
+		locked |= 1 << (m.keyHash(pos) >> (64 - shardBits))
+	}
+	for si := range ix.shards {
+		if locked&(1<<si) != 0 {
+			ix.shards[si].mu.RLock()
+		}
+	}
+	ix.scanPositions(m, ids, func(m *matchScratch, pos int) []uint32 {
+		h := m.keyHash(pos)
+		return ix.holdersIn(m, pos, &ix.shards[h>>(64-shardBits)], h)
+	})
+	for si := range ix.shards {
+		if locked&(1<<si) != 0 {
+			ix.shards[si].mu.RUnlock()
+		}
+	}
+}
+
+// scanPositions scores ids by the first position, from 0, whose holders
+// (as holders returns them) lack them.
+func (ix *Index) scanPositions(m *matchScratch, ids []uint32, holders func(*matchScratch, int) []uint32) {
 	// Work on a copy: the caller still needs the full set.
 	start := len(m.arena)
-	m.arena = append(m.arena, alive...)
-	alive = m.arena[start:]
-	for pos := 1; pos < len(m.seqs) && len(alive) > 0; pos++ {
-		in := m.stamp(ix.holdersAt(m, pos))
+	m.arena = append(m.arena, ids...)
+	alive := m.arena[start:]
+	for pos := 0; pos < len(m.seqs) && len(alive) > 0; pos++ {
+		in := m.stamp(holders(m, pos))
 		k := 0
 		for _, id := range alive {
 			if m.tmp[id] == in {

@@ -60,6 +60,7 @@ func (ix *Index) addWorker(key WorkerKey) (uint32, *worker) {
 		ix.workers = append(ix.workers, w)
 		ix.keys = append(ix.keys, key)
 		ix.linear = append(ix.linear, 0)
+		ix.changes = append(ix.changes, 0)
 	}
 	ix.byKey[key] = id
 	at, _ := slices.BinarySearchFunc(ix.order, key, func(id uint32, k WorkerKey) int { return compareKeys(ix.keys[id], k) })
@@ -102,3 +103,8 @@ func (ix *Index) setLinear(id uint32, on bool) {
 
 // isLinear reports whether queries check worker id position by position.
 func (ix *Index) isLinear(id uint32) bool { return atomic.LoadUint32(&ix.linear[id])&1 != 0 }
+
+// beginChange and endChange bracket an event that changes worker id's holds
+// (see Index.changes).
+func (ix *Index) beginChange(id uint32) { atomic.AddUint32(&ix.changes[id], 1) }
+func (ix *Index) endChange(id uint32)   { atomic.AddUint32(&ix.changes[id], 1) }
