@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strings"
 
 	"github.com/vmihailenco/msgpack/v5"
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
@@ -27,6 +28,12 @@ type VLLMBatch struct {
 	Events []engine.Event
 	// Unknown counts events of an unknown class, skipped.
 	Unknown int
+	// OtherMedium counts BlockStored and BlockRemoved events of a medium
+	// other than the GPU, skipped: vLLM's offloading connector publishes
+	// its CPU tier's stores and evictions in the same batches as the GPU
+	// block pool's, under the same block hashes, and kvidx indexes what
+	// a worker holds on its GPU.
+	OtherMedium int
 }
 
 // VLLMDecoder decodes vLLM's msgpack KV-event batches (EventBatch /
@@ -50,6 +57,8 @@ type rawEvent struct {
 	blockSize  int64
 	loraName   string
 	haveTokens bool
+	// offGPU: a medium other than the GPU was given.
+	offGPU bool
 }
 
 func decodeErr(format string, args ...any) error {
@@ -95,7 +104,7 @@ func (v *VLLMDecoder) Decode(payload []byte, workerID uint64) (VLLMBatch, error)
 		if err := v.skip(); err != nil { // ts
 			return b, wrapErr("batch ts", err)
 		}
-		if evs, b.Unknown, err = v.events(); err != nil {
+		if evs, b.Unknown, b.OtherMedium, err = v.events(); err != nil {
 			return b, err
 		}
 		if n >= 3 {
@@ -121,7 +130,7 @@ func (v *VLLMDecoder) Decode(payload []byte, workerID uint64) (VLLMBatch, error)
 			}
 			switch key {
 			case "events":
-				if evs, b.Unknown, err = v.events(); err != nil {
+				if evs, b.Unknown, b.OtherMedium, err = v.events(); err != nil {
 					return b, err
 				}
 				haveEvents = true
@@ -442,38 +451,46 @@ func (v *VLLMDecoder) tokenIDs(dst []uint32) ([]uint32, error) {
 }
 
 // events decodes the events array.
-func (v *VLLMDecoder) events() ([]engine.Event, int, error) {
+func (v *VLLMDecoder) events() ([]engine.Event, int, int, error) {
 	n, err := v.arrayLen()
 	if err != nil {
-		return nil, 0, wrapErr("events", err)
+		return nil, 0, 0, wrapErr("events", err)
 	}
 	// The declared count reserves only what a payload that size could
 	// decode to (a known event takes at least 14 bytes, ["BlockRemoved"];
 	// an engine.Event is
 	// about 110): a corrupt 1 MiB array header reserved 100 MiB.
 	evs := make([]engine.Event, 0, min(n, v.r.Len()/14+1))
-	unknown := 0
+	unknown, other := 0, 0
 	for i := range n {
 		ev, ok, err := v.event()
 		if err != nil {
-			return nil, 0, fmt.Errorf("event %d: %w", i, err)
+			return nil, 0, 0, fmt.Errorf("event %d: %w", i, err)
 		}
 		if !ok {
-			unknown++
+			if v.ev.offGPU {
+				other++
+			} else {
+				unknown++
+			}
 			continue
 		}
 		evs = append(evs, ev)
 	}
-	return evs, unknown, nil
+	return evs, unknown, other, nil
 }
 
-// BlockStored's fields in array form, after the tag.
-var storedFields = [...]string{"block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name"}
+// BlockStored's and BlockRemoved's fields in array form, after the tag.
+var (
+	storedFields  = [...]string{"block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name"}
+	removedFields = [...]string{"block_hashes", "medium"}
+)
 
-// event decodes one event; ok is false for an unknown class (skipped).
+// event decodes one event; ok is false for an unknown class, or an event of
+// another medium than the GPU (v.ev.offGPU), skipped.
 func (v *VLLMDecoder) event() (ev engine.Event, ok bool, err error) {
 	r := &v.ev
-	r.typ, r.hashes, r.hasParent, r.parent, r.tokens, r.blockSize, r.loraName, r.haveTokens = "", r.hashes[:0], false, 0, nil, 0, "", false
+	r.typ, r.hashes, r.hasParent, r.parent, r.tokens, r.blockSize, r.loraName, r.haveTokens, r.offGPU = "", r.hashes[:0], false, 0, nil, 0, "", false, false
 	c, err := v.d.PeekCode()
 	if err != nil {
 		return ev, false, wrapErr("event", err)
@@ -495,7 +512,7 @@ func (v *VLLMDecoder) event() (ev engine.Event, ok bool, err error) {
 		case "BlockStored":
 			fields = storedFields[:]
 		case "BlockRemoved":
-			fields = storedFields[:1]
+			fields = removedFields[:]
 		}
 		for i := 1; i < n; i++ {
 			if i-1 < len(fields) {
@@ -532,6 +549,9 @@ func (v *VLLMDecoder) event() (ev engine.Event, ok bool, err error) {
 		}
 	default:
 		return ev, false, decodeErr("event: want an array or a map, got code 0x%02x", c)
+	}
+	if r.offGPU && (r.typ == "BlockStored" || r.typ == "BlockRemoved") {
+		return ev, false, nil // skipped, counted by events as OtherMedium
 	}
 	return v.build()
 }
@@ -584,7 +604,20 @@ func (v *VLLMDecoder) field(name string) (err error) {
 				r.loraName, err = v.str()
 			}
 		}
-	default: // lora_id, medium, and anything newer
+	case "medium":
+		var null bool
+		if null, err = v.isNil(); err == nil && !null {
+			var c byte
+			if c, err = v.d.PeekCode(); err == nil {
+				if !msgpcode.IsString(c) {
+					return decodeErr("medium: want a string, got code 0x%02x", c)
+				}
+				var m string
+				m, err = v.str()
+				r.offGPU = !strings.EqualFold(m, "GPU")
+			}
+		}
+	default: // lora_id, and anything newer
 		err = v.skip()
 	}
 	if err != nil {

@@ -74,9 +74,9 @@ func TestDecodeArrayForm(t *testing.T) {
 	m := newMP().arr(3).f(1718.5).arr(4)
 	// BlockStored, array form, no parent, hashes as uint64, all fields.
 	m.arr(8).str("BlockStored").us(11, 1<<63+5).null().us(tok...).u(4).null().str("GPU").null()
-	// BlockStored with a negative int64 parent and a bytes hash, LoRA, trailing fields missing after lora_name... and an extra unknown trailing field.
+	// BlockStored with a negative int64 parent and a bytes hash, LoRA, no medium (null), and an extra unknown trailing field.
 	h := []byte{0xde, 0xad, 1, 2, 3, 4, 5, 6, 7, 8}
-	m.arr(9).str("BlockStored").arr(1).bin(h).i(-2).us(tokens(4, 100)...).u(4).u(3).str("CPU").str("my-lora").str("future")
+	m.arr(9).str("BlockStored").arr(1).bin(h).i(-2).us(tokens(4, 100)...).u(4).u(3).null().str("my-lora").str("future")
 	// BlockRemoved with a negative hash and medium.
 	m.arr(3).str("BlockRemoved").arr(2).i(-1).u(11).str("GPU")
 	m.arr(1).str("AllBlocksCleared")

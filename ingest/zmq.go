@@ -101,6 +101,9 @@ type SourceStats struct {
 	Batches, Events, Rejected uint64
 	// Duplicates counts batches dropped as already applied.
 	Duplicates uint64
+	// OtherMedium counts the stores and removals of another medium than
+	// the GPU (vLLM's CPU offloading tier), skipped.
+	OtherMedium uint64
 	// Replays counts replay requests, ReplayedBatches the batches they
 	// delivered (duplicates included).
 	Replays, ReplayedBatches uint64
@@ -804,6 +807,11 @@ func (s *ZMQSource) deliver(ctx context.Context, seq uint64, payload []byte, rep
 	}
 	if b.Unknown > 0 {
 		s.fail(ReasonUnknown, fmt.Errorf("batch %d: %d events of an unknown class skipped", seq, b.Unknown))
+	}
+	if b.OtherMedium > 0 {
+		s.mu.Lock()
+		s.stats.OtherMedium += uint64(b.OtherMedium)
+		s.mu.Unlock()
 	}
 	events := b.Events
 	if clear {

@@ -1,0 +1,46 @@
+package ingest
+
+import (
+	"testing"
+
+	"github.com/kvidx/kvidx/engine"
+)
+
+// offloadBatch is a batch as a vLLM engine with CPU offloading publishes
+// it: its OffloadingConnector's events (BlockStored with token_ids [] and
+// medium "CPU", BlockRemoved with medium "CPU") come in the same batch as
+// the GPU block pool's. Found by review: the CPU store failed the whole
+// batch (0 token_ids for 1 block hash), the worker was cleared, and the
+// batch's GPU store was lost.
+func offloadBatch(gpuHash, cpuHash uint64, tok []uint64) []byte {
+	m := newMP().arr(3).f(1.0).arr(3)
+	m.arr(8).str("BlockStored").us(gpuHash).null().us(tok...).u(2).null().str("GPU").null()
+	m.arr(8).str("BlockStored").us(cpuHash).null().arr(0).u(2).null().str("CPU").null()
+	m.mapl(3).str("type").str("BlockRemoved").str("block_hashes").us(cpuHash).str("medium").str("CPU")
+	m.null()
+	return m.bytes()
+}
+
+func TestOtherMediumSkipped(t *testing.T) {
+	b, err := new(VLLMDecoder).Decode(offloadBatch(200, 100, tokens(2, 20)), 7)
+	if err != nil || len(b.Events) != 1 || b.OtherMedium != 2 || b.Unknown != 0 {
+		t.Fatalf("decode: %+v, %v; want the GPU store, 2 events of another medium", b, err)
+	}
+
+	st := &indexStore{ix: engine.New()}
+	s := NewZMQSource(ZMQSpec{Endpoint: "tcp://127.0.0.1:1", WorkerID: 7}, st, testOptions())
+	handleBatch(t, s, liveMsg(0, storedOnRank(0, 100, 10))) // block A on the GPU
+	handleBatch(t, s, liveMsg(1, offloadBatch(200, 100, tokens(2, 20))))
+	// A CPU eviction alone, in the array form.
+	handleBatch(t, s, liveMsg(2, newMP().arr(3).f(1.0).arr(1).arr(3).str("BlockRemoved").us(100).str("CPU").u(0).bytes()))
+	if got := st.ix.Match(local(tokens(2, 10), 2, ""), nil); len(got) != 1 {
+		t.Errorf("block A, still on the GPU, after its CPU offload and eviction: %v", got)
+	}
+	if got := st.ix.Match(local(tokens(2, 20), 2, ""), nil); len(got) != 1 {
+		t.Errorf("the GPU store in the batch with the CPU offload: %v", got)
+	}
+	stats := s.Stats()
+	if stats.Clears != 0 || len(stats.Errors) != 0 || stats.OtherMedium != 3 {
+		t.Errorf("stats: clears %d, errors %v, other medium %d; want 0, none, 3", stats.Clears, stats.Errors, stats.OtherMedium)
+	}
+}
