@@ -169,3 +169,40 @@ func TestStreamRecreatedWhileRunning(t *testing.T) {
 		t.Fatalf("%d events applied, want the old stream's 3 only", n)
 	}
 }
+
+// A replica applies up to 5 and stops; while it is down the whole stream
+// is purged (or every message expires), and it restarts with AllowGap. It
+// goes on, connected and ready, waiting for the next message. Found by
+// review: the skipped gap was recorded only for a recreated stream, so
+// every idle check found it again and ended the session (not ready 90 % of
+// the time), until a new message came.
+func TestAllowGapAfterPurgeWhileDown(t *testing.T) {
+	url := natstest.Start(t)
+	publishCleared(t, url, 10)
+	st := &posStore{}
+	runSource(t, New(Config{URL: url, Stream: testStream}, st), 5)
+	stream, err := jetStream(t, url).Stream(context.Background(), testStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publishCleared(t, url, 5) // 11..15, never applied
+	if err := stream.Purge(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	src := New(Config{URL: url, Stream: testStream, AllowGap: true}, st)
+	defer runInBackground(src)()
+	time.Sleep(time.Second)
+	down, samples := 0, 0
+	for deadline := time.Now().Add(4 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		s := src.Status()
+		samples++
+		if !s.Connected || s.Gap != "" {
+			down++
+		}
+	}
+	if down > 0 {
+		t.Errorf("not ready in %d of %d samples, the gap allowed and the stream idle: %+v", down, samples, src.Status())
+	}
+	publishCleared(t, url, 1) // 16
+	waitUntil(t, "message 16", 15*time.Second, func() bool { return src.Status().Applied == 16 })
+}

@@ -228,7 +228,7 @@ func (s *Source) session(ctx context.Context) error {
 		if s.cfg.AllowGap {
 			s.log.Warn("skipping a gap in the stream (allowed)", "gap", gap)
 			next = max(info.State.FirstSeq, 1)
-			if reset {
+			if reset || next-1 > applied {
 				// Unlike a ZMQ engine's reset, which concerns one worker the
 				// source can clear, a stream carries any number of workers'
 				// events (next to other sources'), so what the old stream's
@@ -238,8 +238,13 @@ func (s *Source) session(ctx context.Context) error {
 				// with the next message, a restart before it would compare
 				// the new stream with the old position again, and once the
 				// new stream grew past it, skip its first messages silently.
+				// A gap skipped in the same stream is recorded too: with no
+				// message after it (a stream purged, or expired, while the
+				// replica was down), the idle check would find the gap
+				// again and end the session, over and over, and a restart
+				// would report the gap already allowed.
 				if _, _, err := s.store.Append(ctx, nil, s.positions(next-1, info)); err != nil {
-					return fmt.Errorf("recording the reset of stream %s: %w", s.cfg.Stream, err)
+					return fmt.Errorf("recording the skipped gap of stream %s: %w", s.cfg.Stream, err)
 				}
 			}
 			s.update(func(st *Status) { st.Gap = "" })
