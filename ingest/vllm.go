@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strconv"
 	"strings"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -59,6 +60,9 @@ type rawEvent struct {
 	haveTokens bool
 	// offGPU: a medium other than the GPU was given.
 	offGPU bool
+	// loraID is lora_id, when given (not null).
+	loraID    uint64
+	hasLoraID bool
 }
 
 func decodeErr(format string, args ...any) error {
@@ -491,6 +495,7 @@ var (
 func (v *VLLMDecoder) event() (ev engine.Event, ok bool, err error) {
 	r := &v.ev
 	r.typ, r.hashes, r.hasParent, r.parent, r.tokens, r.blockSize, r.loraName, r.haveTokens, r.offGPU = "", r.hashes[:0], false, 0, nil, 0, "", false, false
+	r.loraID, r.hasLoraID = 0, false
 	c, err := v.d.PeekCode()
 	if err != nil {
 		return ev, false, wrapErr("event", err)
@@ -617,7 +622,13 @@ func (v *VLLMDecoder) field(name string) (err error) {
 				r.offGPU = !strings.EqualFold(m, "GPU")
 			}
 		}
-	default: // lora_id, and anything newer
+	case "lora_id":
+		var null bool
+		if null, err = v.isNil(); err == nil && !null {
+			r.loraID, err = v.uint(name, math.MaxInt64)
+			r.hasLoraID = err == nil
+		}
+	default: // anything newer
 		err = v.skip()
 	}
 	if err != nil {
@@ -625,6 +636,12 @@ func (v *VLLMDecoder) field(name string) (err error) {
 	}
 	return nil
 }
+
+// LoraIDName is the LoRA name that salts the blocks of an engine that names
+// its LoRA adapter only by lora_id (vLLM before BlockStored carried
+// lora_name): "lora_id:" and the id in decimal. A router's query matches
+// them with that name as its lora_name.
+func LoraIDName(id uint64) string { return "lora_id:" + strconv.FormatUint(id, 10) }
 
 // build turns v.ev into an engine event.
 func (v *VLLMDecoder) build() (engine.Event, bool, error) {
@@ -642,7 +659,13 @@ func (v *VLLMDecoder) build() (engine.Event, bool, error) {
 		if full := int64(len(r.tokens)) / r.blockSize; full != int64(n) {
 			return ev, false, decodeErr("BlockStored: %d token_ids are %d full blocks of %d, for %d block hashes", len(r.tokens), full, r.blockSize, n)
 		}
-		local := engine.LocalHashes(make([]uint64, 0, n), r.tokens, int(r.blockSize), r.loraName)
+		lora := r.loraName
+		if lora == "" && r.hasLoraID {
+			// An engine from before lora_name names its LoRA by id only:
+			// its blocks must not pass for the base model's.
+			lora = LoraIDName(r.loraID)
+		}
+		local := engine.LocalHashes(make([]uint64, 0, n), r.tokens, int(r.blockSize), lora)
 		ev.Blocks = make([]engine.Block, n)
 		for i := range n {
 			ev.Blocks[i] = engine.Block{BlockHash: r.hashes[i], TokensHash: local[i]}

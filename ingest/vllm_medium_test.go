@@ -44,3 +44,40 @@ func TestOtherMediumSkipped(t *testing.T) {
 		t.Errorf("stats: clears %d, errors %v, other medium %d; want 0, none, 3", stats.Clears, stats.Errors, stats.OtherMedium)
 	}
 }
+
+// An engine from before lora_name (vLLM salted its own block keys by the
+// LoRA's int id then) sends only lora_id: its blocks are salted by
+// LoraIDName, not indexed as the base model's (found by review: base-model
+// queries matched workers holding only LoRA KV).
+func TestLoraIDOnly(t *testing.T) {
+	tok := tokens(4, 1)
+	batch := func(loraID *uint64) []byte {
+		m := newMP().arr(3).f(1).arr(1).arr(7).str("BlockStored").us(11).null().us(tok...).u(4)
+		if loraID != nil {
+			m.u(*loraID)
+		} else {
+			m.null()
+		}
+		return m.str("GPU").u(0).bytes()
+	}
+	three := uint64(3)
+	for _, tt := range []struct {
+		name   string
+		loraID *uint64
+		want   []uint64
+	}{
+		{"no lora_id", nil, local(tok, 4, "")},
+		{"lora_id 3", &three, local(tok, 4, "lora_id:3")},
+	} {
+		b, err := new(VLLMDecoder).Decode(batch(tt.loraID), 7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := b.Events[0].Blocks[0].TokensHash; got != tt.want[0] {
+			t.Errorf("%s: tokens hash %x, want %x", tt.name, got, tt.want[0])
+		}
+	}
+	if LoraIDName(3) != "lora_id:3" {
+		t.Errorf("LoraIDName(3) = %q", LoraIDName(3))
+	}
+}
