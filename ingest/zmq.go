@@ -17,6 +17,7 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 	"github.com/go-zeromq/zmq4/transport"
+	"github.com/zeebo/xxh3"
 	"golang.org/x/sync/semaphore"
 
 	"github.com/kvidx/kvidx/engine"
@@ -145,6 +146,12 @@ type ZMQSource struct {
 	last         uint64
 	have         bool
 	ranks        map[uint32]struct{} // DP ranks seen, at most maxDPRanks
+	// zeroSum is a hash of the batch 0 applied last, when this process
+	// applied it (haveZero): an engine that restarts before its batch 1
+	// sends a batch 0 again, which only its payload (its timestamp at
+	// least) tells from the one applied.
+	zeroSum  uint64
+	haveZero bool
 }
 
 // maxDPRanks bounds the distinct data_parallel_rank values one source
@@ -738,7 +745,8 @@ func (s *ZMQSource) deliver(ctx context.Context, seq uint64, payload []byte, rep
 
 	clear := false
 	if s.have && seq <= s.last {
-		if seq != 0 || s.last == 0 || replayed {
+		restartAtZero := seq == 0 && s.last == 0 && !replayed && s.haveZero && xxh3.Hash(payload) != s.zeroSum
+		if !restartAtZero && (seq != 0 || s.last == 0 || replayed) {
 			s.mu.Lock()
 			s.stats.Duplicates++
 			s.mu.Unlock()
@@ -826,6 +834,9 @@ func (s *ZMQSource) deliver(ctx context.Context, seq uint64, payload []byte, rep
 		if events[i].EventID == 0 {
 			events[i].EventID = seq
 		}
+	}
+	if seq == 0 {
+		s.zeroSum, s.haveZero = xxh3.Hash(payload), true
 	}
 	return s.append(ctx, events, seq, clear, rankPos...)
 }

@@ -81,3 +81,28 @@ func TestLoraIDOnly(t *testing.T) {
 		t.Errorf("LoraIDName(3) = %q", LoraIDName(3))
 	}
 }
+
+// An engine that restarts after publishing only its batch 0 sends a batch 0
+// again, of another payload: a restart, which clears the worker, not a
+// duplicate (found by review: the old engine's block stayed, and the new
+// engine's batch 0 was dropped). The same batch 0 again is a duplicate.
+func TestRestartAfterOnlyBatchZero(t *testing.T) {
+	st := &indexStore{ix: engine.New()}
+	s := NewZMQSource(ZMQSpec{Endpoint: "tcp://127.0.0.1:1", WorkerID: 7}, st, testOptions())
+	handleBatch(t, s, liveMsg(0, storedOnRank(0, 100, 10))) // the old engine
+	handleBatch(t, s, liveMsg(0, storedOnRank(0, 100, 10))) // the same batch again
+	if st := s.Stats(); st.Duplicates != 1 || st.Resets != 0 {
+		t.Fatalf("the same batch 0 twice: %+v", st)
+	}
+	handleBatch(t, s, liveMsg(0, storedOnRank(0, 200, 20))) // a new engine
+	handleBatch(t, s, liveMsg(1, storedOnRank(0, 300, 30)))
+	if got := st.ix.Match(local(tokens(2, 10), 2, ""), nil); len(got) != 0 {
+		t.Errorf("the old engine's block still matches: %v", got)
+	}
+	if got := st.ix.Match(local(tokens(2, 20), 2, ""), nil); len(got) != 1 {
+		t.Errorf("the new engine's batch 0 block: %v", got)
+	}
+	if st := s.Stats(); st.Resets != 1 {
+		t.Errorf("resets %d, want 1", st.Resets)
+	}
+}
