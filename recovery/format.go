@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/kvidx/kvidx/snapshot"
+	"github.com/kvidx/kvidx/wal"
 )
 
 // Layout names inside a data directory.
@@ -58,8 +59,35 @@ func CheckFormat(dir string) (int, error) {
 		if data {
 			return 0, fmt.Errorf("data dir %s: holds a WAL or snapshots but no %s file: not a kvidx data directory of a known format: %w", dir, FormatFileName, ErrFormat)
 		}
+		if what := dataDirPart(dir); what != "" {
+			return 0, fmt.Errorf("data dir %s: holds %s, as a data directory's %s/ directory does, and no %s file: give the data directory itself (%s?): %w",
+				dir, what, filepath.Base(dir), FormatFileName, filepath.Dir(filepath.Clean(dir)), ErrFormat)
+		}
 	}
 	return v, nil
+}
+
+// dataDirPart says what in dir, which has no FORMAT file, belongs in a data
+// directory's wal/ or snapshots/ directory ("" if nothing does): a path
+// mistyped as DATA_DIR/wal would otherwise start a new, empty index beside
+// the real one, and a node would answer from nothing.
+func dataDirPart(dir string) string {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return ""
+	}
+	for _, e := range ents {
+		name := e.Name()
+		switch {
+		case name == wal.LockFileName:
+			return "a WAL lock file"
+		case len(name) >= 20 && strings.Trim(name[:20], "0123456789") == "":
+			return "WAL segment " + name
+		case strings.HasSuffix(name, ".bolt") && strings.HasPrefix(name, "snapshot-"):
+			return "snapshot " + name
+		}
+	}
+	return ""
 }
 
 // readFormat returns the version in dir's FORMAT file, or 0 (and no error)

@@ -3,6 +3,7 @@ package recovery
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -165,5 +166,62 @@ func TestMisnamedSnapshotPastWALEnd(t *testing.T) {
 	}
 	if _, err := os.Stat(wrong + DamagedSuffix); err != nil {
 		t.Errorf("the misnamed snapshot was not moved aside: %v", err)
+	}
+}
+
+// An entry damaged in a segment before the last stops the replay: the
+// refusal names the repair, as Open's refusal of damage in the last segment
+// does (found by review: it named the segment, offset and entry, and no way
+// out).
+func TestReplayDamageNamesTheRepair(t *testing.T) {
+	dir := t.TempDir()
+	opts := testOptions()
+	opts.SegmentSize = 2048
+	s := mustOpen(t, dir, opts)
+	for _, b := range batches(7, 1, 60) {
+		mustAppend(t, s, b)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	walDir := filepath.Join(dir, WALDirName)
+	segs, _ := listSegments(walDir)
+	if len(segs) < 3 {
+		t.Fatalf("%d segments", len(segs))
+	}
+	path := filepath.Join(walDir, segs[1].name)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[len(data)/2] ^= 0x40
+	if err := os.WriteFile(path, data, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(context.Background(), dir, opts)
+	if err == nil || !strings.Contains(err.Error(), "--truncate-after") || !strings.Contains(err.Error(), "kvidx wal repair "+dir) {
+		t.Fatalf("open: %v; want a refusal naming kvidx wal repair --truncate-after", err)
+	}
+	t.Log(err)
+}
+
+// A data directory's wal/ or snapshots/ given as the data directory (a
+// mistyped path) is refused, naming the directory to give: it started a
+// new, empty index there, nested in the real one (found by review).
+func TestDataDirPartRefused(t *testing.T) {
+	dir := t.TempDir()
+	s := mustOpen(t, dir, testOptions())
+	mustAppend(t, s, genBatch(3, 1))
+	if _, _, err := s.Snapshot(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, part := range []string{WALDirName, SnapshotDirName} {
+		_, err := Open(context.Background(), filepath.Join(dir, part), testOptions())
+		if !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "give the data directory itself ("+dir+"?)") {
+			t.Errorf("open %s: %v; want a refusal naming %s", part, err, dir)
+		}
 	}
 }

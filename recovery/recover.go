@@ -132,7 +132,7 @@ func (s *Store) recover(ctx context.Context) error {
 		s.logger.Warn("snapshot skipped", "path", f.Path, "index", f.Index, "reason", f.Reason)
 	}
 	if err := s.replay(ctx, from, last); err != nil {
-		return fmt.Errorf("data dir %s: replay: %w (%s)", s.dir, err, s.found(snaps, gaps))
+		return fmt.Errorf("data dir %s: replay: %w (%s)", s.dir, DamageErr(s.dir, err), s.found(snaps, gaps))
 	}
 	return s.moveAside(damaged)
 }

@@ -494,18 +494,38 @@ func (s *Store) Close() error {
 // before that snapshot, and kvidx wal repair refuses it. Recovery's refusal
 // and the offline tools that predict it use it alike.
 func DamageRefusal(dataDir string, err error) string {
-	var de *wal.DamageError
-	if !errors.As(err, &de) {
+	var (
+		de      *wal.DamageError
+		ee      *wal.EntryError
+		where   string
+		entry   uint64
+		explain func(dataDir string) string
+	)
+	switch {
+	case errors.As(err, &de):
+		where, entry, explain = de.Where(), de.Entry, de.Refusal
+	case errors.As(err, &ee):
+		where, entry, explain = ee.Where(), ee.Entry, ee.Refusal
+	default:
 		return ""
 	}
 	snaps, lerr := snapshot.List(filepath.Join(dataDir, SnapshotDirName))
-	if lerr != nil || len(snaps) == 0 || snaps[0].Index < de.Entry {
-		return de.Refusal(dataDir)
+	if lerr != nil || len(snaps) == 0 || snaps[0].Index < entry {
+		return explain(dataDir)
 	}
 	return fmt.Sprintf("%s; snapshot %s holds every entry up to %d, the damaged entry %d included: if it is good, "+
 		"kvidx wal repair %s --truncate-before %d --yes drops the entries up to %d (it verifies that snapshot first) and loses nothing acknowledged "+
 		"(a cut after the damage would end the log before that snapshot, which kvidx refuses)",
-		de.Where(), filepath.Base(snaps[0].Path), snaps[0].Index, de.Entry, dataDir, snaps[0].Index+1, snaps[0].Index)
+		where, filepath.Base(snaps[0].Path), snaps[0].Index, entry, dataDir, snaps[0].Index+1, snaps[0].Index)
+}
+
+// DamageErr is err explained by [DamageRefusal] when it is damage inside the
+// WAL of dataDir (errors.Is and errors.As still see err), else err.
+func DamageErr(dataDir string, err error) error {
+	if msg := DamageRefusal(dataDir, err); msg != "" {
+		return &refusal{msg: msg, err: err}
+	}
+	return err
 }
 
 // refusal is an error with a message of its own that wraps the error it

@@ -841,11 +841,7 @@ func (l *Log) ReadEntry(index uint64) (Entry, error) {
 		// A segment before the last that is missing, short or badly framed:
 		// tidwall/wal has no word for it but its own ErrCorrupt (or a panic).
 		seg, off := locate(l.dir, index)
-		if off < 0 {
-			return Entry{}, fmt.Errorf("wal %s: segment %s does not hold a whole entry %d (a later segment missing, or this one short or badly framed): %v: %w",
-				l.dir, seg, index, err, ErrCorrupt)
-		}
-		return Entry{}, fmt.Errorf("wal %s: segment %s offset %d: entry %d: %v: %w", l.dir, seg, off, index, err, ErrCorrupt)
+		return Entry{}, &EntryError{Dir: l.dir, Segment: seg, Offset: off, Entry: index, Err: fmt.Errorf("%v: %w", err, ErrCorrupt)}
 	}
 	events, positions, err := decodeEntry(data, index)
 	if err != nil {
@@ -853,7 +849,7 @@ func (l *Log) ReadEntry(index uint64) (Entry, error) {
 		if !errors.Is(err, ErrCorrupt) {
 			err = fmt.Errorf("%w: %w", ErrCorrupt, err)
 		}
-		return Entry{}, fmt.Errorf("wal %s: segment %s offset %d: entry %d: %w", l.dir, seg, off, index, err)
+		return Entry{}, &EntryError{Dir: l.dir, Segment: seg, Offset: off, Entry: index, Err: err}
 	}
 	return Entry{Index: index, Events: events, Positions: positions}, nil
 }

@@ -501,11 +501,40 @@ func (e *DamageError) Error() string {
 
 // Refusal is the message without its error kind, its repair command naming
 // dataDir.
-func (e *DamageError) Refusal(dataDir string) string {
-	return fmt.Sprintf("%s; to drop entry %d and every later one, stop kvidx and run "+
-		"kvidx wal repair %s --truncate-after %d --yes (it keeps a copy of what it cuts)",
-		e.Where(), e.Entry, dataDir, e.Entry-1)
+func (e *DamageError) Refusal(dataDir string) string { return e.Where() + cutAfter(e.Entry, dataDir) }
+
+// cutAfter is a refusal's way out of damage at entry: the cut after the
+// entry before it.
+func cutAfter(entry uint64, dataDir string) string {
+	return fmt.Sprintf("; to drop entry %d and every later one, stop kvidx and run "+
+		"kvidx wal repair %s --truncate-after %d --yes (it keeps a copy of what it cuts)", entry, dataDir, entry-1)
 }
+
+// EntryError is a damaged entry found reading the log: in a segment before
+// the last (Open repairs or refuses only the last one), a segment short or
+// badly framed, or an entry whose frame or data is invalid.
+type EntryError struct {
+	Dir, Segment string
+	Offset       int64 // -1: the segment holds no whole entry Entry
+	Entry        uint64
+	Err          error // what is wrong; it wraps ErrCorrupt
+}
+
+func (e *EntryError) Error() string { return e.Where() }
+
+// Where is the message's account of the damage.
+func (e *EntryError) Where() string {
+	if e.Offset < 0 {
+		return fmt.Sprintf("wal %s: segment %s does not hold a whole entry %d (a later segment missing, or this one short or badly framed): %v",
+			e.Dir, e.Segment, e.Entry, e.Err)
+	}
+	return fmt.Sprintf("wal %s: segment %s offset %d: entry %d: %v", e.Dir, e.Segment, e.Offset, e.Entry, e.Err)
+}
+
+// Refusal is the message with its repair command, naming dataDir.
+func (e *EntryError) Refusal(dataDir string) string { return e.Where() + cutAfter(e.Entry, dataDir) }
+
+func (e *EntryError) Unwrap() error { return e.Err }
 
 // Where is the message's account of the damage alone, without the way out.
 func (e *DamageError) Where() string {

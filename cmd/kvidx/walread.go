@@ -37,6 +37,9 @@ file and byte offset.`,
   kvidx wal dump ./kvidx-data | kvidx replay --events - --queries queries.ndjson`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.Flags().Changed("to") && to == 0 {
+				return errors.New("wal dump: --to 0: WAL indexes start at 1")
+			}
 			if to != 0 && from > to {
 				return fmt.Errorf("wal dump: --from %d is after --to %d", from, to)
 			}
@@ -59,6 +62,12 @@ file and byte offset.`,
 			if note := dumpRangeNote(from, to, lay.FirstIndex, lay.LastIndex); note != "" {
 				fmt.Fprintf(cmd.ErrOrStderr(), "kvidx wal dump: %s\n", note)
 			}
+			if to != 0 && to < lay.FirstIndex {
+				return nil // the note said so
+			}
+			if from != 0 && from < lay.FirstIndex {
+				from = lay.FirstIndex // the note said the earlier ones are gone
+			}
 			prog := newBar(cmd.ErrOrStderr(), total, "dumping WAL", false)
 			var buf []byte
 			scanned, err := wal.Scan(dir, from, to, func(e wal.Entry) error {
@@ -76,7 +85,7 @@ file and byte offset.`,
 				err = fmt.Errorf("writing: %w", ferr)
 			}
 			if err != nil {
-				return fmt.Errorf("wal dump: %w", err)
+				return fmt.Errorf("wal dump: %w", recovery.DamageErr(args[0], err))
 			}
 			// Damage past the range does not fail a dump (it salvages what
 			// lies before it), but the operator must not miss it.
@@ -103,8 +112,10 @@ func dumpRangeNote(from, to, first, last uint64) string {
 		have = fmt.Sprintf("the WAL holds no entries (the next is %d)", first)
 	}
 	switch {
-	case from == 0 && to != 0 && to < first: // (a --from before first is an error of Scan's)
+	case to != 0 && to < first:
 		return have + "; earlier ones were truncated after a snapshot (kvidx inspect reads snapshots)"
+	case from != 0 && from < first:
+		return have + fmt.Sprintf("; entries %d..%d were truncated after a snapshot (kvidx inspect reads snapshots): dumping from %d", from, first-1, first)
 	case from > last:
 		return have + fmt.Sprintf("; nothing at or after %d yet", from)
 	}
@@ -228,7 +239,7 @@ is (damage followed by valid entries in the last segment).`,
 				return werr
 			}
 			if err != nil {
-				return &exitError{code: 1, err: fmt.Errorf("wal stat: %w", err)}
+				return &exitError{code: 1, err: fmt.Errorf("wal stat: %w", recovery.DamageErr(args[0], err))}
 			}
 			return nil
 		},

@@ -205,6 +205,9 @@ func TestWALDumpRangeNote(t *testing.T) {
 		{0, 5, 61, 60, "holds no entries (the next is 61); earlier ones were truncated"},
 		{61, 0, 61, 60, "nothing at or after 61 yet"},
 		{0, 0, 1, 0, ""},
+		{5, 0, 51, 60, "holds entries 51..60; entries 5..50 were truncated after a snapshot (kvidx inspect reads snapshots): dumping from 51"},
+		{5, 55, 51, 60, "entries 5..50 were truncated"},
+		{5, 10, 51, 60, "earlier ones were truncated"},
 	} {
 		got := dumpRangeNote(tc.from, tc.to, tc.first, tc.last)
 		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
@@ -215,7 +218,17 @@ func TestWALDumpRangeNote(t *testing.T) {
 	if err != nil || out != "" || !strings.Contains(stderr, "earlier ones were truncated") {
 		t.Fatalf("dump before the log: %v %q %q", err, out, stderr)
 	}
-	if _, stderr, err := runKvidx(t, "", "wal", "dump", fixtureDir); err != nil || stderr != "" {
+	whole, stderr, err := runKvidx(t, "", "wal", "dump", fixtureDir)
+	if err != nil || stderr != "" {
 		t.Fatalf("whole dump: %v, stderr %q", err, stderr)
+	}
+	// A --from before the log starts at its first entry, saying so (it
+	// failed as if the log were damaged: "wal truncated").
+	out, stderr, err = runKvidx(t, "", "wal", "dump", fixtureDir, "--from", "1")
+	if err != nil || out != whole || !strings.Contains(stderr, "were truncated after a snapshot") {
+		t.Fatalf("dump from 1: %v, same output %v, stderr %q", err, out == whole, stderr)
+	}
+	if _, _, err := runKvidx(t, "", "wal", "dump", fixtureDir, "--to", "0"); err == nil || !strings.Contains(err.Error(), "--to 0") {
+		t.Fatalf("dump --to 0: %v, want a refusal (it dumped the whole log)", err)
 	}
 }
