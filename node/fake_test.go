@@ -29,7 +29,12 @@ type fakeStore struct {
 	snapErr    atomic.Value // error (wrapped in errBox) or nil
 }
 
-type errBox struct{ err error }
+// errBox holds Snapshot's error; published: the snapshot is published
+// and the error is of the pruning or truncation after it.
+type errBox struct {
+	err       error
+	published bool
+}
 
 func newFakeStore() *fakeStore { return &fakeStore{ix: engine.New()} }
 
@@ -57,14 +62,15 @@ func (f *fakeStore) Append(ctx context.Context, events []engine.Event, _ []wal.P
 }
 
 func (f *fakeStore) Snapshot(ctx context.Context) (string, uint64, error) {
-	if b, _ := f.snapErr.Load().(errBox); b.err != nil {
+	b, _ := f.snapErr.Load().(errBox)
+	if b.err != nil && !b.published {
 		return "", 0, b.err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.snaps++
 	f.snapIndex = f.index
-	return fmt.Sprintf("/fake/snapshot-%020d.bolt", f.index), f.index, nil
+	return fmt.Sprintf("/fake/snapshot-%020d.bolt", f.index), f.index, b.err
 }
 
 func (f *fakeStore) Applied() (uint64, []wal.Position) {

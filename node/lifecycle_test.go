@@ -49,7 +49,7 @@ func TestSnapshotEveryEvents(t *testing.T) {
 		t.Fatalf("snapshot after 2 of 3 events")
 	}
 	// A failing snapshot is counted and retried; ingest goes on.
-	st.snapErr.Store(errBox{errors.New("disk full")})
+	st.snapErr.Store(errBox{err: errors.New("disk full")})
 	e.do(t, "POST", "/v1/events", stored(0, 3, "2", 3)).want(t, 200)
 	waitFor(t, "a failed snapshot", func() bool { return testutil.ToFloat64(srv.metrics.snapFailures) >= 2 })
 	e.do(t, "POST", "/v1/events", stored(0, 4, "3", 4)).want(t, 200)
@@ -256,14 +256,14 @@ func TestSnapshotAbandonedAtShutdownNotFailure(t *testing.T) {
 	srv.SetStore(st)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	st.snapErr.Store(errBox{fmt.Errorf("snapshot write: %w", ctx.Err())})
+	st.snapErr.Store(errBox{err: fmt.Errorf("snapshot write: %w", ctx.Err())})
 	if _, _, err := srv.snaps.take(ctx, "periodic"); err == nil {
 		t.Fatal("want the abandoned snapshot's error")
 	}
 	if n := testutil.ToFloat64(srv.metrics.snapFailures); n != 0 {
 		t.Fatalf("%v snapshot failures counted for one abandoned at shutdown", n)
 	}
-	st.snapErr.Store(errBox{errors.New("disk full")})
+	st.snapErr.Store(errBox{err: errors.New("disk full")})
 	srv.snaps.take(context.Background(), "periodic")
 	if n := testutil.ToFloat64(srv.metrics.snapFailures); n != 1 {
 		t.Fatalf("%v snapshot failures counted, want 1", n)

@@ -365,10 +365,23 @@ func TestSnapshotEndpoint(t *testing.T) {
 	if stats.SnapshotLastIndex != 1 || stats.SnapshotLastTime == nil || time.Since(*stats.SnapshotLastTime) > time.Minute {
 		t.Fatalf("stats after snapshot %+v", stats)
 	}
-	e.store.snapErr.Store(errBox{fmt.Errorf("disk full")})
+	e.store.snapErr.Store(errBox{err: fmt.Errorf("disk full")})
 	r := e.do(t, "POST", "/v1/snapshot", "").want(t, 500)
 	if !bytes.Contains(r.body, []byte("disk full")) {
 		t.Fatalf("failed snapshot: %s", r.body)
+	}
+	// Published, then the WAL truncation failed: the snapshot counts (it
+	// was reported failed, and not recorded as the last: found by review),
+	// and the failure is counted.
+	e.do(t, "POST", "/v1/events", stored(0, 2, "null", 2)).want(t, 200)
+	e.store.snapErr.Store(errBox{err: fmt.Errorf("truncate front: no space left on device"), published: true})
+	e.do(t, "POST", "/v1/snapshot", "").want(t, 200).decode(t, &sa)
+	e.do(t, "GET", "/v1/stats", "").want(t, 200).decode(t, &stats)
+	if sa.WALIndex != 2 || stats.SnapshotLastIndex != 2 {
+		t.Fatalf("snapshot published, retention failed: answer %+v, last index %d", sa, stats.SnapshotLastIndex)
+	}
+	if m := e.do(t, "GET", "/metrics", "").want(t, 200); !bytes.Contains(m.body, []byte("kvidx_snapshot_failures_total 2")) {
+		t.Fatalf("failures not counted:\n%s", m.body)
 	}
 }
 

@@ -91,6 +91,13 @@ func (sn *snapshotter) take(ctx context.Context, why string) (path string, index
 	start := time.Now()
 	path, index, err = st.Snapshot(ctx)
 	d := time.Since(start)
+	if err != nil && path != "" {
+		// Published: the index is covered up to index, and the next
+		// snapshot retries the pruning or truncation that failed.
+		sn.s.metrics.SnapshotFailed()
+		sn.s.log.Error("snapshot published, but keeping the newest snapshots or truncating the WAL after it failed", "trigger", why, "file", path, "wal_index", index, "err", err)
+		err = nil
+	}
 	if err != nil {
 		// One cut short by its context (a shutdown) did not fail.
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {

@@ -21,7 +21,8 @@ type Store interface {
 	// of the batch was acknowledged.
 	Append(ctx context.Context, events []engine.Event, positions []wal.Position) (index uint64, results []error, err error)
 	// Snapshot writes and publishes a snapshot of the index, returning its
-	// file and the WAL index it covers.
+	// file and the WAL index it covers. A path with an error: the snapshot
+	// was published, and what follows it (pruning, WAL truncation) failed.
 	Snapshot(ctx context.Context) (path string, index uint64, err error)
 	// Applied returns the WAL index of the last entry applied to the index.
 	Applied() (index uint64, positions []wal.Position)

@@ -283,7 +283,9 @@ func (s *Store) Append(ctx context.Context, events []engine.Event, positions []w
 // truncates the WAL front up to the oldest one kept (once K exist). If
 // nothing was applied since the last snapshot this Store wrote or loaded
 // (and its file is still there), it returns that one without writing.
-// Calls are serialised; appends pause only while the state is copied.
+// Calls are serialised; appends pause only while the state is copied. A
+// path returned with an error is of a snapshot published: what failed is
+// the pruning or the WAL truncation after it (retried by the next call).
 func (s *Store) Snapshot(ctx context.Context) (path string, index uint64, err error) {
 	s.snapMu.Lock()
 	defer s.snapMu.Unlock()

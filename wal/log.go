@@ -562,6 +562,14 @@ func (l *Log) commit(batch []*request) {
 		l.dirty = true
 		err = l.written(index, len(data))
 	}
+	if err != nil && l.opts.Sync == SyncInterval {
+		// Entries acknowledged in this interval wait for their fsync, and
+		// once the log is fenced nothing is synced: sync them now. A failed
+		// write is not a failed fsync, after which no fsync could be
+		// trusted; the failed entry, if any of it is on disk, is a torn
+		// tail that the next open cuts.
+		l.syncNow()
+	}
 	l.wmu.Unlock()
 	if err != nil {
 		answer(taken, 0, l.setFence(fmt.Errorf("entry %d: %w", index, err)))
