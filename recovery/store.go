@@ -121,6 +121,12 @@ type Store struct {
 
 	// hook, if set, is called at the phases of Snapshot (tests).
 	hook func(phase string, index uint64)
+	// freeSpace returns the free bytes of a directory's filesystem
+	// (freeBytes; tests replace it).
+	freeSpace func(dir string) (int64, error)
+	// snapBytesPerHB is the size a holder-block of the last snapshot
+	// written or loaded (see roomFor). Guarded by snapMu.
+	snapBytesPerHB float64
 }
 
 // Open opens the data directory dir, creating it if needed, recovers its
@@ -150,6 +156,8 @@ func Open(ctx context.Context, dir string, opts Options) (_ *Store, err error) {
 		opts:    opts,
 		logger:  opts.Logger.With("data_dir", dir),
 		report:  Report{DataDir: dir},
+
+		freeSpace: freeBytes,
 	}
 	// Refuse a newer format before touching anything.
 	if _, err := CheckFormat(dir); err != nil {
@@ -325,6 +333,11 @@ func (s *Store) Snapshot(ctx context.Context) (path string, index uint64, err er
 		f.Release(s.ix)
 		return "", 0, fmt.Errorf("data dir %s: snapshot: %w", s.dir, err)
 	}
+	hb := f.Stats().HolderBlocks
+	if err := s.roomFor(hb); err != nil {
+		f.Release(s.ix)
+		return "", 0, err
+	}
 	s.phase("write", index)
 	start := time.Now()
 	path, err = snapshot.Write(ctx, s.snapDir, f, snapshot.Meta{Index: index, Sources: sources})
@@ -338,6 +351,7 @@ func (s *Store) Snapshot(ctx context.Context) (path string, index uint64, err er
 	s.logger.Info("snapshot written", "path", path, "index", index, "duration", time.Since(start), "apply_pause", pause)
 	delete(s.unusable, index) // the file under its name is the one just written
 	s.count(index)
+	s.noteSnapshotSize(path, hb)
 	if err := s.retain(index); err != nil {
 		return path, index, err
 	}
