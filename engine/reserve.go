@@ -2,6 +2,11 @@ package engine
 
 import "slices"
 
+// ReservedBytesPerHolderBlock is about what Reserve maps in a holder-block
+// reserved, used or not: a shard table slot (at load 0.75), three quarters
+// of a 32-byte place, and a reverse-map slot (at load 0.78).
+const ReservedBytesPerHolderBlock = 55
+
 // Reserve sizes the index for holderBlocks holder-blocks held by up to
 // workerKeys worker keys, and maps the memory in now. An index that grows
 // from empty resizes its tables many times on the way (a resize copies
@@ -17,8 +22,9 @@ import "slices"
 // are kept when the index shrinks below them (churn near capacity then does
 // not resize them), and the maps of reserved keys that leave are kept for
 // the next keys; keys beyond workerKeys get maps that grow and shrink as
-// usual. A second Reserve only ever adds. Memory: about 55 bytes a
-// holder-block reserved, used or not (snapshots copy only what is used).
+// usual. A second Reserve only ever adds. Memory: about
+// ReservedBytesPerHolderBlock a holder-block reserved, used or not
+// (snapshots copy only what is used).
 // Reserve holds up events while it maps the memory, and each shard's
 // queries for a moment: call it before events flow.
 //

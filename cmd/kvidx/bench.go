@@ -68,6 +68,11 @@ file may be plain JSON lines or gzipped.`,
 			if err := cfg.Validate(); err != nil {
 				return fmt.Errorf("bench: %w", err)
 			}
+			if cfg.Reserve {
+				if err := checkReservation("bench: --reserve (--workers x --capacity)", cfg.Workers*cfg.Capacity); err != nil {
+					return err
+				}
+			}
 			tr, err := loadTrace(traceFile)
 			if err != nil {
 				return err

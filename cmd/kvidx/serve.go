@@ -180,7 +180,7 @@ func (f serveFlags) check() error {
 	case (f.reserveBlocks > 0) != (f.reserveWorkers > 0):
 		return fmt.Errorf("serve: --reserve-blocks %d, --reserve-workers %d: give both, or neither", f.reserveBlocks, f.reserveWorkers)
 	}
-	return nil
+	return checkReservation("serve: --reserve-blocks", f.reserveBlocks)
 }
 
 func runServe(cmd *cobra.Command, f serveFlags) error {

@@ -366,3 +366,18 @@ func TestServeStopDuringRecovery(t *testing.T) {
 		}
 	})
 }
+
+// A reservation beyond the machine's available memory is refused with a
+// clear error; it died in the runtime, out of memory, with a stack trace
+// (found by review).
+func TestServeRefusesReservationBeyondMemory(t *testing.T) {
+	const blocks = 1 << 30
+	if avail := memAvailable(); avail == 0 || avail >= blocks*55 {
+		t.Skipf("available memory %d: the reservation would fit or cannot be checked", avail)
+	}
+	_, _, err := runKvidx(t, "", "serve", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0",
+		"--reserve-blocks", fmt.Sprint(blocks), "--reserve-workers", "1")
+	if err == nil || !strings.Contains(err.Error(), "reserve less") {
+		t.Fatalf("serve with a reservation beyond memory: %v", err)
+	}
+}
