@@ -84,6 +84,10 @@ type LoadOptions struct {
 	// Progress, if not nil, is called once a second during the run with
 	// the requests matched so far and in all.
 	Progress workload.ProgressFunc
+	// GenerateProgress, if not nil, is called once a second while the
+	// workload is generated (before the run) with the requests generated
+	// so far and in all.
+	GenerateProgress workload.ProgressFunc
 }
 
 func (o LoadOptions) withDefaults() (LoadOptions, error) {
@@ -144,7 +148,13 @@ func LoadGen(ctx context.Context, target string, trace *workload.Trace, cfg work
 	perClient := make([][]loadRequest, opts.Concurrency)
 	total := 0
 	var buf []byte
+	genStart, genTick := time.Now(), time.Now()
+	genTotal := workload.NumRequests(trace, cfg.Duplicate)
 	err = workload.Generate(ctx, trace, cfg, func(req workload.Request, events []engine.Event) error {
+		if opts.GenerateProgress != nil && total&1023 == 0 && time.Since(genTick) >= time.Second {
+			genTick = time.Now()
+			opts.GenerateProgress(total, genTotal, genTick.Sub(genStart))
+		}
 		lr := loadRequest{nEvents: len(events), blockOps: workload.BlockOps(events)}
 		lr.match = appendMatchBody(nil, req.TokensHashes)
 		if len(events) > 0 {

@@ -86,6 +86,8 @@ or events will be rejected.`,
 			if tty || progress {
 				pr = &runProgress{name: "loadgen", w: stderr, tty: tty}
 				opts.Progress = pr.print
+				// On a terminal, the run's first line overwrites the last of these.
+				opts.GenerateProgress = (&runProgress{name: "loadgen: generating the workload", w: stderr, tty: tty}).print
 				fmt.Fprintf(stderr, "loadgen: generating the workload (%d trace records x %d)\n", len(tr.Records), cfg.Duplicate)
 			}
 			rep, err := node.LoadGen(cmd.Context(), target, tr, cfg, opts)
