@@ -645,29 +645,54 @@ func repairTruncateBefore(dir string, index uint64, backupDir string, dropUnloca
 	if si == len(segs)-1 {
 		data = inUse(data)
 	}
+	// Walk the framing as Open and the readers number entries: at is entry
+	// index's offset if the walk reaches it over sound frames (valid, and
+	// carrying their own index where a version 2 frame carries one), bad
+	// the offset of the first frame that is not sound, or where the
+	// framing breaks (len(data): nowhere).
 	framed, whole := 0, uint64(0) // bytes and entries of the segment's whole frames
+	at, bad := -1, len(data)
 	for {
-		_, n, ok := nextEntry(data[framed:])
+		p, n, ok := nextEntry(data[framed:])
 		if !ok {
+			if framed < len(data) {
+				bad = min(bad, framed)
+			}
 			break
+		}
+		if bad == len(data) {
+			if checkFrameAt(p, seg.index+whole) != nil {
+				bad = framed
+			} else if seg.index+whole == index {
+				at = framed
+			}
 		}
 		framed += n
 		whole++
 	}
 	var kept []byte
-	// Version 2 frames carry their index, so entry index is located by
-	// it where it can be: counting frames miscounts after a damaged length
-	// prefix (a frame that swallows the next ones, garbage read as
-	// frames), and a cut placed by count would drop entries the snapshot
-	// does not hold. What lies before the located entry is entries before
-	// index or damage among them, which is what the cut is for.
-	if p, stored, ok := entryAtOrAfter(data, index); ok {
-		if stored != index {
-			return 0, fmt.Errorf("wal %s: segment %s: entry %d is missing or damaged (the first valid entry after it is entry %d, at offset %d): "+
-				"a cut before %d cannot keep it; nothing was changed: %w", dir, seg.name, index, stored, p, index, ErrCorrupt)
+	located := at >= 0
+	if located {
+		kept = data[at:]
+	} else if bad < len(data) {
+		// Damage at or before entry index: a version 2 frame carries its
+		// index, so entry index can still be found past the damage (a
+		// length prefix that swallowed the next entries hides them from
+		// the walk). Only past it: bytes inside a sound entry may spell a
+		// frame (block hashes are any 64-bit values), and the walk has
+		// read those as entries. What lies between is entries before
+		// index, or damage among them, which is what the cut is for.
+		if p, stored, ok := entryAtOrAfter(data[bad:], index); ok {
+			if stored != index {
+				return 0, fmt.Errorf("wal %s: segment %s: entry %d is missing or damaged (the first valid entry after it is entry %d, at offset %d): "+
+					"a cut before %d cannot keep it; nothing was changed: %w", dir, seg.name, index, stored, bad+p, index, ErrCorrupt)
+			}
+			kept, located = data[bad+p:], true
 		}
-		kept = data[p:]
-	} else if si < len(segs)-1 || index-seg.index < whole {
+	}
+	switch {
+	case located:
+	case si < len(segs)-1 || index-seg.index < whole:
 		off := 0
 		for i := seg.index; i < index; i++ {
 			_, n, ok := nextEntry(data[off:])
@@ -696,12 +721,12 @@ func repairTruncateBefore(dir string, index uint64, backupDir string, dropUnloca
 			}
 		}
 		kept = data[off:]
-	} else {
+	default:
 		// Past the end: everything goes, and the log restarts at index.
 		si = len(segs) - 1
 		unlocated = int64(len(data) - framed)
-		// No valid frame here carries index or later (see above), but a
-		// version 1 frame carries no index: valid ones after the break may
+		// No valid frame past the damage carries index or later (see
+		// above), but a version 1 frame carries no index: valid ones after the break may
 		// be entries index and later, which no snapshot holds, and
 		// dropping them needs the caller's word.
 		if p := nextUnnumbered(data, framed); p >= 0 && !dropUnlocated {
