@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"github.com/kvidx/kvidx/engine"
@@ -67,7 +68,7 @@ func TestTailPreallocatedWhileOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	data, _ := os.ReadFile(tail)
-	if good, _ := scanValid(data); good != len(data) {
+	if good, _ := scanValid(data, segmentFirst(t, tail)); good != len(data) {
 		t.Fatalf("closed log's tail segment: %d bytes of entries, then %d more", good, len(data)-good)
 	}
 	l = mustOpen(t, dir, o)
@@ -181,7 +182,7 @@ func liveImages(t *testing.T) (dir, tail string, before, after []byte, good int)
 	appendN(t, l, 1, 10)
 	tail = tailPath(t, dir)
 	before, _ = os.ReadFile(tail)
-	good, _ = scanValid(before)
+	good, _ = scanValid(before, segmentFirst(t, tail))
 	appendN(t, l, 11, 1000)
 	after, _ = os.ReadFile(tail)
 	return dir, tail, before, after, good
@@ -366,7 +367,7 @@ func TestOnlyTheTailIsPreallocated(t *testing.T) {
 	}
 	for _, s := range segs[:len(segs)-1] {
 		data, _ := os.ReadFile(filepath.Join(dir, s.name))
-		if good, _ := scanValid(data); good != len(data) {
+		if good, _ := scanValid(data, s.index); good != len(data) {
 			t.Fatalf("segment %s: %d bytes of entries, then %d more", s.name, good, len(data)-good)
 		}
 	}
@@ -410,4 +411,15 @@ func TestFillCompletesNoFrame(t *testing.T) {
 		}
 		crc = crc32.Update(crc, castagnoli, one)
 	}
+}
+
+// segmentFirst returns the index of the first entry of the segment file at
+// path, from its name.
+func segmentFirst(t *testing.T, path string) uint64 {
+	t.Helper()
+	n, err := strconv.ParseUint(filepath.Base(path)[:20], 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

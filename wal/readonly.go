@@ -350,7 +350,7 @@ func walkOnce(dir string, from, to uint64, fn func(Entry) error) (lay Layout, va
 				// What Open would do: cut from good, unless a valid entry
 				// starts anywhere after it (damage inside the log).
 				lay.LastIndex = s.index + countEntries(data[:good]) - 1
-				if p := nextValid(data, good); p >= 0 {
+				if p := validAtOrAfter(data, good); p >= 0 {
 					lay.Segments = append(lay.Segments, info)
 					derr := &DamageError{Dir: dir, Segment: s.name, Offset: int64(good), Next: int64(p), Entry: lay.LastIndex + 1}
 					if fn != nil && to <= lay.LastIndex {

@@ -140,18 +140,31 @@ func validEntryAt(b []byte) bool {
 	return ok && checkFrame(p) == nil
 }
 
-// scanValid walks data's entries and returns the end offset of the longest
-// prefix of complete entries with valid kvidx frames, and how many there are.
-func scanValid(data []byte) (good, count int) {
+// scanValid walks data's entries, the first of them entry first, and
+// returns the end offset of the longest prefix of complete entries with
+// valid kvidx frames that carry their own index (version 2), and how many
+// there are.
+func scanValid(data []byte, first uint64) (good, count int) {
 	for good < len(data) {
 		p, n, ok := nextEntry(data[good:])
-		if !ok || checkFrame(p) != nil {
+		if !ok || checkFrameAt(p, first+uint64(count)) != nil {
 			break
 		}
 		good += n
 		count++
 	}
 	return good, count
+}
+
+// validAtOrAfter returns the offset of the first complete valid entry
+// starting at b[off] or after, or -1. Where a valid prefix ends at off, a
+// valid frame at off itself carries another entry's index: entries are
+// missing before it, and it is damage inside the log, not a torn tail.
+func validAtOrAfter(b []byte, off int) int {
+	if validEntryAt(b[off:]) {
+		return off
+	}
+	return nextValid(b, off)
 }
 
 // repairTail cuts a torn tail off the directory's last segment (see doc.go).
@@ -164,7 +177,7 @@ func repairTail(dir string, logger *slog.Logger) (int64, error) {
 	path := filepath.Join(dir, name)
 	unused := unusedTail(data)
 	used := data[:len(data)-unused]
-	good, count := scanValid(used)
+	good, count := scanValid(used, first)
 	if good == len(data) {
 		return 0, nil
 	}
@@ -177,7 +190,7 @@ func repairTail(dir string, logger *slog.Logger) (int64, error) {
 		logger.Debug("wal: trimmed unused space", "dir", dir, "segment", name, "offset", good, "bytes", unused)
 		return 0, nil
 	}
-	if p := nextValid(used, good); p >= 0 {
+	if p := validAtOrAfter(used, good); p >= 0 {
 		return 0, &DamageError{Dir: dir, Segment: name, Offset: int64(good), Next: int64(p), Entry: first + uint64(count)}
 	}
 	dropped := int64(len(used) - good)
@@ -543,6 +556,9 @@ func (e *DamageError) Where() string {
 
 // what is the damage, as a Damage of a layout describes it.
 func (e *DamageError) what() string {
+	if e.Next == e.Offset {
+		return "missing: the valid entry there is a later one (damage inside the log, not a torn tail)"
+	}
 	return fmt.Sprintf("invalid and followed by a valid entry at offset %d (damage inside the log, not a torn tail)", e.Next)
 }
 

@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -1075,5 +1076,46 @@ func TestRepairTruncateBeforeFrameInsideEntry(t *testing.T) {
 	}
 	if n, err := readUntilError(l); err != nil || n != 5 {
 		t.Errorf("read %d entries (%v), want 6..10", n, err)
+	}
+}
+
+// An entry missing from the last segment (its bytes gone, the later ones
+// whole) leaves valid frames that carry other indexes than the ones they
+// are read as: damage inside the log, refused by Open and predicted by
+// Inspect alike, never cut as a torn tail (the valid entries after it were
+// acknowledged). Found by review: Inspect predicted a cut, Open opened the
+// log and reading failed later.
+func TestMissingEntryInLastSegmentRefused(t *testing.T) {
+	for _, k := range []int{1, 2} { // entry 16 (17 and 18 after it), entry 17 (18 after it)
+		t.Run(fmt.Sprint("entry=", 15+k), func(t *testing.T) {
+			dir := t.TempDir()
+			o := quietOpts()
+			o.SegmentSize = 200
+			l := mustOpen(t, dir, o)
+			appendN(t, l, 1, 18) // segments 1, 8 and 15 (15..18, the last)
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			path := tailPath(t, dir)
+			data, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ends := entryEnds(t, inUse(data))
+			data = append(data[:ends[k-1]:ends[k-1]], data[ends[k]:]...)
+			if err := os.WriteFile(path, data, 0o640); err != nil {
+				t.Fatal(err)
+			}
+			var de *DamageError
+			if _, err := Inspect(dir); !errors.As(err, &de) || de.Entry != uint64(15+k) {
+				t.Errorf("Inspect: %v, want damage at entry %d", err, 15+k)
+			}
+			if _, err := Open(dir, quietOpts()); !errors.As(err, &de) || de.Entry != uint64(15+k) {
+				t.Errorf("Open: %v, want damage at entry %d", err, 15+k)
+			}
+			if after, _ := os.ReadFile(path); !bytes.Equal(after, data) {
+				t.Error("the segment was changed")
+			}
+		})
 	}
 }
