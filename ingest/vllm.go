@@ -472,7 +472,7 @@ func (v *VLLMDecoder) events() ([]engine.Event, int, int, error) {
 			return nil, 0, 0, fmt.Errorf("event %d: %w", i, err)
 		}
 		if !ok {
-			if v.ev.offGPU {
+			if v.ev.otherMedium() {
 				other++
 			} else {
 				unknown++
@@ -555,7 +555,7 @@ func (v *VLLMDecoder) event() (ev engine.Event, ok bool, err error) {
 	default:
 		return ev, false, decodeErr("event: want an array or a map, got code 0x%02x", c)
 	}
-	if r.offGPU && (r.typ == "BlockStored" || r.typ == "BlockRemoved") {
+	if r.otherMedium() {
 		return ev, false, nil // skipped, counted by events as OtherMedium
 	}
 	return v.build()
@@ -609,24 +609,29 @@ func (v *VLLMDecoder) field(name string) (err error) {
 				r.loraName, err = v.str()
 			}
 		}
+	// medium and lora_id were skipped before kvidx read them: a value of
+	// another type (an event class kvidx does not know may use the names
+	// otherwise) reads as absent, and fails nothing.
 	case "medium":
-		var null bool
-		if null, err = v.isNil(); err == nil && !null {
-			var c byte
-			if c, err = v.d.PeekCode(); err == nil {
-				if !msgpcode.IsString(c) {
-					return decodeErr("medium: want a string, got code 0x%02x", c)
-				}
+		var c byte
+		if c, err = v.d.PeekCode(); err == nil {
+			if msgpcode.IsString(c) {
 				var m string
 				m, err = v.str()
 				r.offGPU = !strings.EqualFold(m, "GPU")
+			} else {
+				err = v.skip()
 			}
 		}
 	case "lora_id":
-		var null bool
-		if null, err = v.isNil(); err == nil && !null {
-			r.loraID, err = v.uint(name, math.MaxInt64)
-			r.hasLoraID = err == nil
+		var c byte
+		if c, err = v.d.PeekCode(); err == nil {
+			if isInt(c) {
+				r.loraID, err = v.uint(name, math.MaxInt64)
+				r.hasLoraID = err == nil
+			} else {
+				err = v.skip()
+			}
 		}
 	default: // anything newer
 		err = v.skip()
@@ -642,6 +647,12 @@ func (v *VLLMDecoder) field(name string) (err error) {
 // lora_name): "lora_id:" and the id in decimal. A router's query matches
 // them with that name as its lora_name.
 func LoraIDName(id uint64) string { return "lora_id:" + strconv.FormatUint(id, 10) }
+
+// otherMedium tells whether r is a store or removal of another medium
+// than the GPU.
+func (r *rawEvent) otherMedium() bool {
+	return r.offGPU && (r.typ == "BlockStored" || r.typ == "BlockRemoved")
+}
 
 // build turns v.ev into an engine event.
 func (v *VLLMDecoder) build() (engine.Event, bool, error) {

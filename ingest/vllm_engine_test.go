@@ -106,3 +106,27 @@ func TestRestartAfterOnlyBatchZero(t *testing.T) {
 		t.Errorf("resets %d, want 1", st.Resets)
 	}
 }
+
+// medium and lora_id on an event class kvidx does not know change nothing:
+// it is skipped as unknown, whatever their values (found by review: a
+// medium "CPU" counted it as another medium's, and a value of another type
+// failed the batch, which clears the worker).
+func TestUnknownClassWithMedium(t *testing.T) {
+	for _, fields := range [][2]func(*mp) *mp{
+		{func(m *mp) *mp { return m.str("medium") }, func(m *mp) *mp { return m.str("CPU") }},
+		{func(m *mp) *mp { return m.str("medium") }, func(m *mp) *mp { return m.u(3) }},
+		{func(m *mp) *mp { return m.str("lora_id") }, func(m *mp) *mp { return m.str("x") }},
+	} {
+		m := newMP().arr(2).f(1.5).arr(1).mapl(2).str("type").str("BlockFuture")
+		fields[1](fields[0](m))
+		b, err := new(VLLMDecoder).Decode(m.bytes(), 1)
+		if err != nil || b.Unknown != 1 || b.OtherMedium != 0 {
+			t.Errorf("unknown class: %+v, %v; want it skipped as unknown", b, err)
+		}
+	}
+	// On a store, a medium of another type reads as absent (the GPU).
+	m := newMP().arr(2).f(1.5).arr(1).arr(7).str("BlockStored").us(11).null().us(tokens(4, 1)...).u(4).null().u(3)
+	if b, err := new(VLLMDecoder).Decode(m.bytes(), 1); err != nil || len(b.Events) != 1 {
+		t.Errorf("store with a numeric medium: %+v, %v", b, err)
+	}
+}
