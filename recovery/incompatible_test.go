@@ -251,3 +251,44 @@ func TestSnapshotNeedsRoom(t *testing.T) {
 		t.Fatalf("snapshot with room: %d, %v", idx, err)
 	}
 }
+
+// A misnamed snapshot whose meta index is past the WAL's end too: the
+// refusal names the rename the repair needs (it named a --truncate-before
+// of the file's name, which the repair refuses: review of this session's
+// change).
+func TestMisnamedSnapshotBeyondWALEnd(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	opts := testOptions()
+	opts.SegmentSize = 2048
+	opts.KeepSnapshots = 5
+	s := mustOpen(t, dir, opts)
+	for i, b := range batches(9, 1, 60) {
+		mustAppend(t, s, b)
+		if i == 29 {
+			if _, _, err := s.Snapshot(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	snapDir := filepath.Join(dir, SnapshotDirName)
+	if err := os.Rename(filepath.Join(snapDir, snapshot.FileName(30)), filepath.Join(snapDir, snapshot.FileName(99))); err != nil {
+		t.Fatal(err)
+	}
+	// The WAL loses its end: it stops before 30.
+	walDir := filepath.Join(dir, WALDirName)
+	segs, _ := listSegments(walDir)
+	for _, sg := range segs {
+		if sg.index > 20 {
+			os.Remove(filepath.Join(walDir, sg.name))
+		}
+	}
+	_, err := Open(ctx, dir, opts)
+	want := "rename it " + snapshot.FileName(30) + ", then kvidx wal repair " + dir + " --truncate-before 31 --yes"
+	if !errors.Is(err, ErrUnrecoverable) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("open: %v\nwant a refusal naming %q", err, want)
+	}
+}

@@ -347,6 +347,13 @@ func misnamed(metaIndex uint64, f snapshot.File) string {
 // gone with the WAL's end either way). Recovery's refusal and the offline
 // tools that predict it use it alike.
 func WALBehindSnapshot(dataDir string, snap snapshot.File, last uint64) string {
+	if m, why := Misnamed(snap); why != "" {
+		// The repair verifies a snapshot's name against its meta: the
+		// file must be named for its index first.
+		return fmt.Sprintf("snapshot %s is misnamed (%s), and the WAL ends at %d: acknowledged entries %d..%d are missing from the WAL; "+
+			"if that snapshot is good it holds them: rename it %s, then kvidx wal repair %s --truncate-before %d --yes (it verifies the snapshot first) makes the WAL continue after it",
+			filepath.Base(snap.Path), why, last, last+1, m, snapshot.FileName(m), dataDir, m+1)
+	}
 	return fmt.Sprintf("snapshot %s is at WAL index %d but the WAL ends at %d: acknowledged entries %d..%d are missing from the WAL; "+
 		"if that snapshot is good it holds them, and kvidx wal repair %s --truncate-before %d --yes (it verifies the snapshot first) makes the WAL continue after it",
 		filepath.Base(snap.Path), snap.Index, last, last+1, snap.Index, dataDir, snap.Index+1)
