@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -28,21 +29,12 @@ func TestNewerFormatSnapshotNotMovedAside(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
-			s := mustOpen(t, dir, testOptions())
+			writeHistory(t, dir, testOptions(), 9, 30, 10, 20)
 			bs := batches(9, 1, 30)
-			for i, b := range bs {
-				mustAppend(t, s, b)
-				if i == 9 || i == 19 {
-					if _, _, err := s.Snapshot(context.Background()); err != nil {
-						t.Fatal(err)
-					}
-				}
-			}
-			s.Close()
 			newer := filepath.Join(dir, SnapshotDirName, snapshot.FileName(20))
 			snaptest.SetMeta(t, newer, c.key, c.val)
 
-			s = mustOpen(t, dir, testOptions())
+			s := mustOpen(t, dir, testOptions())
 			r := s.Report()
 			if r.SnapshotUsed.Index != 10 || r.ReplayedEntries != 20 || len(r.SnapshotsSkipped) != 1 {
 				t.Fatalf("report %+v", r)
@@ -80,22 +72,11 @@ func TestUnusableSnapshotNotCountedNextSession(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	snapDir := filepath.Join(dir, SnapshotDirName)
-	s := mustOpen(t, dir, testOptions())
-	for i, b := range batches(9, 1, 30) {
-		mustAppend(t, s, b)
-		if i == 9 || i == 19 {
-			if _, _, err := s.Snapshot(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
+	writeHistory(t, dir, testOptions(), 9, 30, 10, 20)
 	snaptest.SetMeta(t, filepath.Join(snapDir, snapshot.FileName(20)), "format", binary.BigEndian.AppendUint32(nil, snapshot.FormatVersion+1))
 
 	// Session 1 skips 20, uses 10, and writes 31: it keeps 31 and 10.
-	s = mustOpen(t, dir, testOptions())
+	s := mustOpen(t, dir, testOptions())
 	mustAppend(t, s, genBatch(9, 31))
 	if _, _, err := s.Snapshot(ctx); err != nil {
 		t.Fatal(err)
@@ -135,18 +116,7 @@ func TestMisnamedSnapshotPastWALEnd(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	snapDir := filepath.Join(dir, SnapshotDirName)
-	s := mustOpen(t, dir, testOptions())
-	for i, b := range batches(9, 1, 30) {
-		mustAppend(t, s, b)
-		if i == 19 {
-			if _, _, err := s.Snapshot(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
+	writeHistory(t, dir, testOptions(), 9, 30, 20)
 	data, err := os.ReadFile(filepath.Join(snapDir, snapshot.FileName(20)))
 	if err != nil {
 		t.Fatal(err)
@@ -155,7 +125,7 @@ func TestMisnamedSnapshotPastWALEnd(t *testing.T) {
 	if err := os.WriteFile(wrong, data, 0o640); err != nil {
 		t.Fatal(err)
 	}
-	s, err = Open(ctx, dir, testOptions())
+	s, err := Open(ctx, dir, testOptions())
 	if err != nil {
 		t.Fatalf("open: %v", err)
 	}
@@ -262,18 +232,7 @@ func TestMisnamedSnapshotBeyondWALEnd(t *testing.T) {
 	opts := testOptions()
 	opts.SegmentSize = 2048
 	opts.KeepSnapshots = 5
-	s := mustOpen(t, dir, opts)
-	for i, b := range batches(9, 1, 60) {
-		mustAppend(t, s, b)
-		if i == 29 {
-			if _, _, err := s.Snapshot(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
+	writeHistory(t, dir, opts, 9, 60, 30)
 	snapDir := filepath.Join(dir, SnapshotDirName)
 	if err := os.Rename(filepath.Join(snapDir, snapshot.FileName(30)), filepath.Join(snapDir, snapshot.FileName(99))); err != nil {
 		t.Fatal(err)
@@ -290,5 +249,23 @@ func TestMisnamedSnapshotBeyondWALEnd(t *testing.T) {
 	want := "rename it " + snapshot.FileName(30) + ", then kvidx wal repair " + dir + " --truncate-before 31 --yes"
 	if !errors.Is(err, ErrUnrecoverable) || !strings.Contains(err.Error(), want) {
 		t.Fatalf("open: %v\nwant a refusal naming %q", err, want)
+	}
+}
+
+// writeHistory makes dir a data directory of the batches 1..n of seed,
+// with a snapshot after each entry listed in snapAfter, and closes it.
+func writeHistory(t *testing.T, dir string, opts Options, seed uint64, n int, snapAfter ...int) {
+	t.Helper()
+	s := mustOpen(t, dir, opts)
+	for i, b := range batches(seed, 1, uint64(n)) {
+		mustAppend(t, s, b)
+		if slices.Contains(snapAfter, i+1) {
+			if _, _, err := s.Snapshot(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
