@@ -666,8 +666,12 @@ func repairTruncateBefore(dir string, index uint64, backupDir string, dropUnloca
 	// carrying their own index where a version 2 frame carries one), bad
 	// the offset of the first frame that is not sound, or where the
 	// framing breaks (len(data): nowhere).
+	// swallowed: an unsound frame before entry index's place by count holds
+	// the start of a valid frame (a damaged length prefix took in the
+	// next entries): counting frames past it numbers them wrong.
 	framed, whole := 0, uint64(0) // bytes and entries of the segment's whole frames
 	at, bad := -1, len(data)
+	swallowed := false
 	for {
 		p, n, ok := nextEntry(data[framed:])
 		if !ok {
@@ -676,12 +680,15 @@ func repairTruncateBefore(dir string, index uint64, backupDir string, dropUnloca
 			}
 			break
 		}
-		if bad == len(data) {
-			if checkFrameAt(p, seg.index+whole) != nil {
-				bad = framed
-			} else if seg.index+whole == index {
-				at = framed
+		if checkFrameAt(p, seg.index+whole) != nil {
+			bad = min(bad, framed)
+			if seg.index+whole < index {
+				if q := nextValid(data, framed); q >= 0 && q < framed+n {
+					swallowed = true
+				}
 			}
+		} else if bad == len(data) && seg.index+whole == index {
+			at = framed
 		}
 		framed += n
 		whole++
@@ -699,12 +706,20 @@ func repairTruncateBefore(dir string, index uint64, backupDir string, dropUnloca
 		// read those as entries. What lies between is entries before
 		// index, or damage among them, which is what the cut is for.
 		if p, stored, ok := entryAtOrAfter(data[bad:], index); ok {
-			if stored != index {
+			switch {
+			case stored == index:
+				kept, located = data[bad+p:], true
+			case nextUnnumbered(data, bad-1) < 0 || nextUnnumbered(data, bad-1) >= bad+p:
 				return 0, fmt.Errorf("wal %s: segment %s: entry %d is missing or damaged (the first valid entry after it is entry %d, at offset %d): "+
 					"a cut before %d cannot keep it; nothing was changed: %w", dir, seg.name, index, stored, bad+p, index, ErrCorrupt)
 			}
-			kept, located = data[bad+p:], true
+			// Else version 1 frames (no index) lie before it: a log an
+			// older kvidx began; entry index is found by counting below.
 		}
+	}
+	if !located && swallowed {
+		return 0, fmt.Errorf("wal %s: segment %s offset %d: a damaged entry before entry %d takes in valid ones (its length prefix is damaged), and frames without an index follow: "+
+			"the entries from there on cannot be located, and a cut would keep the wrong ones; nothing was changed: %w", dir, seg.name, bad, index, ErrCorrupt)
 	}
 	switch {
 	case located:

@@ -1119,3 +1119,63 @@ func TestMissingEntryInLastSegmentRefused(t *testing.T) {
 		})
 	}
 }
+
+// A segment of version 1 entries 1..10 continued with version 2 entries
+// 11..20, entry 3 damaged (its CRC fails, the framing intact): the cut
+// before a later entry keeps it and all after it (review of this session's
+// change: the first version 2 frame was taken for entry INDEX's successor,
+// and the repair refused).
+func TestRepairTruncateBeforeMixedVersionsDamaged(t *testing.T) {
+	for _, before := range []uint64{5, 10, 11, 12} {
+		t.Run(fmt.Sprint("before=", before), func(t *testing.T) {
+			dir := t.TempDir()
+			o := quietOpts()
+			o.SegmentSize = 1 << 20
+			l := mustOpen(t, dir, o)
+			want := appendN(t, l, 1, 10)
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			toVersion1(t, tailPath(t, dir))
+			l = mustOpen(t, dir, o)
+			want = append(want, appendN(t, l, 11, 20)...)
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			flipByte(t, tailPath(t, dir), 2) // entry 3
+			if _, err := RepairTruncateBefore(dir, before, filepath.Join(t.TempDir(), "backup"), false); err != nil {
+				t.Fatalf("cut before %d: %v", before, err)
+			}
+			checkRange(t, dir, want, before, 20).Close()
+		})
+	}
+}
+
+// A log of version 1 entries 1..20 whose entry 9's length prefix takes in
+// entries 10 and 11: counting frames numbers the later ones wrong, and
+// version 1 frames carry no index to tell. The cut before a later entry
+// refuses; it kept misnumbered entries, or dropped 19 and 20 as past the
+// log's end (found by review).
+func TestRepairTruncateBeforeVersion1Swallowed(t *testing.T) {
+	for _, before := range []uint64{12, 17, 19, 20} {
+		t.Run(fmt.Sprint("before=", before), func(t *testing.T) {
+			dir := t.TempDir()
+			o := quietOpts()
+			o.SegmentSize = 1 << 20
+			l := mustOpen(t, dir, o)
+			appendN(t, l, 1, 20)
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			toVersion1(t, tailPath(t, dir))
+			swallow(t, tailPath(t, dir), 8, 2)
+			before0 := dirFiles(t, dir)
+			if _, err := RepairTruncateBefore(dir, before, filepath.Join(t.TempDir(), "backup"), false); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "cannot be located") {
+				t.Fatalf("cut before %d: %v, want a refusal", before, err)
+			}
+			if !reflect.DeepEqual(dirFiles(t, dir), before0) {
+				t.Fatal("the refused repair changed the log")
+			}
+		})
+	}
+}
