@@ -269,3 +269,38 @@ func writeHistory(t *testing.T, dir string, opts Options, seed uint64, n int, sn
 		t.Fatal(err)
 	}
 }
+
+// A copy of snapshot 20 under the name 99, which recovery skips as
+// misnamed, and an entry damaged after 20 in a segment before the last:
+// the refusal's advice ignores the copy, as the repair would refuse a cut
+// named after it (review of this session's change).
+func TestReplayDamageAdviceIgnoresMisnamedSnapshot(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	opts := testOptions()
+	opts.SegmentSize = 2048
+	writeHistory(t, dir, opts, 7, 60, 20)
+	snapDir := filepath.Join(dir, SnapshotDirName)
+	data, err := os.ReadFile(filepath.Join(snapDir, snapshot.FileName(20)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(snapDir, snapshot.FileName(99)), data, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	walDir := filepath.Join(dir, WALDirName)
+	segs, _ := listSegments(walDir)
+	path := filepath.Join(walDir, segs[len(segs)-2].name)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0x40
+	if err := os.WriteFile(path, b, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(ctx, dir, opts)
+	if err == nil || strings.Contains(err.Error(), "--truncate-before 100") || !strings.Contains(err.Error(), "--truncate-after") {
+		t.Fatalf("open: %v; want the advice of a cut after the damage", err)
+	}
+}

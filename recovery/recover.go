@@ -340,6 +340,22 @@ func misnamed(metaIndex uint64, f snapshot.File) string {
 	return fmt.Sprintf("its meta says WAL index %d, its name %d", metaIndex, f.Index)
 }
 
+// EndProof returns the newest of snaps (newest first, as snapshot.List
+// gives them) that recovery takes for proof that the WAL once reached its
+// index: every one but a copy under a wrong name whose meta says an index
+// at or before last, which recovery skips as damaged.
+func EndProof(snaps []snapshot.File, last uint64) (snapshot.File, bool) {
+	for _, f := range snaps {
+		if f.Index > last {
+			if m, why := Misnamed(f); why != "" && m <= last {
+				continue
+			}
+		}
+		return f, true
+	}
+	return snapshot.File{}, false
+}
+
 // WALBehindSnapshot is why a data directory whose WAL ends at last, before
 // its newest snapshot snap, is refused, and the operator's way out: the
 // snapshot holds every entry up to its index, and the WAL can be made to

@@ -526,6 +526,9 @@ func DamageRefusal(dataDir string, err error) string {
 		return ""
 	}
 	snaps, lerr := snapshot.List(filepath.Join(dataDir, SnapshotDirName))
+	// A snapshot whose meta disagrees with its name is skipped, as
+	// recovery skips it; the repair would refuse it.
+	snaps = slices.DeleteFunc(snaps, func(f snapshot.File) bool { _, why := Misnamed(f); return why != "" })
 	if lerr != nil || len(snaps) == 0 || snaps[0].Index < entry {
 		return explain(dataDir)
 	}

@@ -105,10 +105,10 @@ directory must not be open in a running kvidx (the command takes its lock).`,
 				if err != nil {
 					return fmt.Errorf("wal repair: %w", err)
 				}
-				if len(snaps) > 0 && snaps[0].Index > after {
+				if f, ok := recovery.EndProof(snaps, after); ok && f.Index > after {
 					return fmt.Errorf("wal repair: snapshot %s is at WAL index %d, after entry %d: cut there, the log would end before it and kvidx would refuse to start; "+
 						"use --truncate-before %d to drop the entries that snapshot holds instead, or move the snapshot out of %s first",
-						filepath.Base(snaps[0].Path), snaps[0].Index, after, snaps[0].Index+1, filepath.Dir(snaps[0].Path))
+						filepath.Base(f.Path), f.Index, after, f.Index+1, filepath.Dir(f.Path))
 				}
 				if err := wal.RepairTruncateAfter(dir, after, backup); err != nil {
 					return fmt.Errorf("wal repair: %w", err)
