@@ -53,13 +53,15 @@ acknowledged is lost. The repair first verifies such a snapshot (every chunk
 and checksum) and refuses without one. Pick INDEX one past the snapshot's index,
 which the startup error names when a snapshot holds the damaged entry. INDEX
 may lie past the log's end: the log is then emptied, and continues at INDEX.
-Entry INDEX is found by the index its frame carries, so damage to the framing
-before it does not move the cut; if entry INDEX itself is damaged, the repair
-refuses. Logs written by kvidx before frames carried their index are cut by
-counting frames: when damage broke their framing before INDEX, the entries
-after the break cannot be numbered, and may be entries INDEX and later, which
-the snapshot does not hold, so the repair refuses; --drop-unlocated drops them
-with the rest (a copy kept) when their framing breaks for good.
+Entry INDEX is found by following the log's framing; past damage before it (a
+damaged length prefix can hide the next entries), by the index its frame
+carries, so such damage does not move the cut; if entry INDEX itself is
+damaged, the repair refuses. Entries written by kvidx before frames carried
+their index are found by counting frames: when damage broke their framing
+before INDEX, the entries after the break cannot be numbered, and may be
+entries INDEX and later, which the snapshot does not hold, so the repair
+refuses; --drop-unlocated drops them with the rest (a copy kept) when their
+framing breaks for good.
 
 Every segment file the cut changes or deletes is first copied to --backup
 (default DATA_DIR/wal-backup-<time>) and fsynced; nothing is cut otherwise. A
