@@ -666,12 +666,17 @@ func repairTruncateBefore(dir string, index uint64, backupDir string, dropUnloca
 	// carrying their own index where a version 2 frame carries one), bad
 	// the offset of the first frame that is not sound, or where the
 	// framing breaks (len(data): nowhere).
-	// swallowed: an unsound frame before entry index's place by count holds
-	// the start of a valid frame (a damaged length prefix took in the
-	// next entries): counting frames past it numbers them wrong.
+	// Version 1 frames carry no index, so where they lie before entry
+	// index only the count of frames places it, and counting is trusted
+	// only where nothing says it is off: swallowed, an unsound frame before
+	// index's place holds the start of a valid frame (a damaged length
+	// prefix took in the next entries); mislabelled, a valid version 2
+	// frame is not the entry its place by count says (entries went missing
+	// or came twice before it); and the segment, if not the last, must hold
+	// as many frames as the next one's name says.
 	framed, whole := 0, uint64(0) // bytes and entries of the segment's whole frames
 	at, bad := -1, len(data)
-	swallowed := false
+	swallowed, mislabelled, v1BeforeAt, v2AfterBad := false, false, false, false
 	for {
 		p, n, ok := nextEntry(data[framed:])
 		if !ok {
@@ -680,18 +685,32 @@ func repairTruncateBefore(dir string, index uint64, backupDir string, dropUnloca
 			}
 			break
 		}
-		if checkFrameAt(p, seg.index+whole) != nil {
+		stored, _, ferr := frameData(p)
+		switch {
+		case ferr != nil || stored != 0 && stored != seg.index+whole:
 			bad = min(bad, framed)
+			if ferr == nil {
+				mislabelled = true
+			}
 			if seg.index+whole < index {
 				if q := nextValid(data, framed); q >= 0 && q < framed+n {
 					swallowed = true
 				}
 			}
-		} else if bad == len(data) && seg.index+whole == index {
-			at = framed
+		case bad == len(data) && seg.index+whole <= index:
+			if seg.index+whole == index {
+				at = framed
+			}
+			v1BeforeAt = v1BeforeAt || stored == 0
+		case bad < framed && stored != 0:
+			v2AfterBad = true
 		}
 		framed += n
 		whole++
+	}
+	countOK := !mislabelled && (si == len(segs)-1 || whole == segs[si+1].index-seg.index)
+	if at >= 0 && v1BeforeAt && !countOK {
+		at = -1 // placed by a count that is off: located below, or refused
 	}
 	var kept []byte
 	located := at >= 0
@@ -731,6 +750,19 @@ func repairTruncateBefore(dir string, index uint64, backupDir string, dropUnloca
 				return 0, fmt.Errorf("wal %s: segment %s offset %d: entry %d is not complete, cannot find entry %d: %w", dir, seg.name, off, i, index, ErrCorrupt)
 			}
 			off += n
+		}
+		// A count that is off (see the walk), or damage before entry index
+		// in the last segment with no version 2 frame after it to confirm
+		// the count: the entries from there on cannot be numbered.
+		if !countOK || bad < off && si == len(segs)-1 && !v2AfterBad {
+			return 0, fmt.Errorf("wal %s: segment %s offset %d: the framing before entry %d is damaged, and the frames after the damage carry no index that confirms their count: "+
+				"the entries from there on cannot be located, and a cut would keep the wrong ones; nothing was changed: %w", dir, seg.name, bad, index, ErrCorrupt)
+		}
+		// In a segment before the last, entry index must be there and
+		// whole: the next segment starts after it.
+		if si < len(segs)-1 && !validEntryAt(data[off:]) {
+			return 0, fmt.Errorf("wal %s: segment %s offset %d: entry %d is missing or damaged (the next segment, %s, starts at entry %d): a cut before %d cannot keep it; nothing was changed: %w",
+				dir, seg.name, off, index, segs[si+1].name, segs[si+1].index, index, ErrCorrupt)
 		}
 		// The walk counts frames, damaged or not: a damaged length
 		// prefix before index makes it count garbage as entries, and

@@ -1179,3 +1179,89 @@ func TestRepairTruncateBeforeVersion1Swallowed(t *testing.T) {
 		})
 	}
 }
+
+// Damage that makes counting frames go wrong, where no frame carries an
+// index to tell: the cut before INDEX refuses and changes nothing. Found
+// by a randomized review of this session's change (each case kept entries
+// under other numbers, or wrote a segment that could not be read).
+func TestRepairTruncateBeforeRefusesWrongCounts(t *testing.T) {
+	cases := []struct {
+		name    string
+		entries int
+		segSize int
+		v1      int // entries 1..v1 written as version 1 frames (older kvidx)
+		index   uint64
+		damage  func(t *testing.T, dir string)
+	}{
+		{"version 1, zeroed entries", 40, 1 << 20, 40, 20, func(t *testing.T, dir string) {
+			path := tailPath(t, dir)
+			data, _ := os.ReadFile(path)
+			ends := entryEnds(t, inUse(data))
+			clear(data[ends[1]:ends[3]]) // entries 3 and 4: zero bytes read as empty frames
+			os.WriteFile(path, data, 0o640)
+		}},
+		{"version 1, length prefix one short", 40, 1 << 20, 40, 20, func(t *testing.T, dir string) {
+			path := tailPath(t, dir)
+			data, _ := os.ReadFile(path)
+			data[entryEnds(t, inUse(data))[1]]-- // entry 3's prefix: its last byte reads as a frame
+			os.WriteFile(path, data, 0o640)
+		}},
+		{"version 1, an entry gone from a segment before the last", 30, 300, 30, 5, func(t *testing.T, dir string) {
+			segs, _ := listSegments(dir)
+			path := filepath.Join(dir, segs[0].name)
+			data, _ := os.ReadFile(path)
+			ends := entryEnds(t, data)
+			os.WriteFile(path, append(data[:ends[0]:ends[0]], data[ends[1]:]...), 0o640) // entry 2
+		}},
+		{"both versions, a version 1 entry twice", 20, 1 << 20, 10, 5, func(t *testing.T, dir string) {
+			path := tailPath(t, dir)
+			data, _ := os.ReadFile(path)
+			ends := entryEnds(t, inUse(data))
+			dup := append([]byte(nil), data[ends[0]:ends[1]]...) // entry 2
+			os.WriteFile(path, append(append(data[:ends[1]:ends[1]], dup...), data[ends[1]:]...), 0o640)
+		}},
+		{"version 2, entry INDEX damaged at the end of a segment before the last", 30, 300, 0, 0, func(t *testing.T, dir string) {
+			segs, _ := listSegments(dir)
+			path := filepath.Join(dir, segs[0].name)
+			data, _ := os.ReadFile(path)
+			data[len(data)-1] ^= 0x20 // the segment's last entry
+			os.WriteFile(path, data, 0o640)
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			o := quietOpts()
+			o.SegmentSize = c.segSize
+			l := mustOpen(t, dir, o)
+			appendN(t, l, 1, max(c.v1, 1))
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if c.v1 > 0 {
+				segs, _ := listSegments(dir)
+				for _, s := range segs {
+					toVersion1(t, filepath.Join(dir, s.name))
+				}
+			}
+			l = mustOpen(t, dir, o)
+			appendN(t, l, max(c.v1, 1)+1, c.entries)
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			c.damage(t, dir)
+			index := c.index
+			if index == 0 { // the last entry of the first segment
+				segs, _ := listSegments(dir)
+				index = segs[1].index - 1
+			}
+			before := dirFiles(t, dir)
+			if _, err := RepairTruncateBefore(dir, index, filepath.Join(t.TempDir(), "backup"), false); !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("cut before %d: %v, want a refusal", index, err)
+			}
+			if !reflect.DeepEqual(dirFiles(t, dir), before) {
+				t.Fatal("the refused repair changed the log")
+			}
+		})
+	}
+}
