@@ -6,7 +6,9 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -302,5 +304,48 @@ func TestReplayDamageAdviceIgnoresMisnamedSnapshot(t *testing.T) {
 	_, err = Open(ctx, dir, opts)
 	if err == nil || strings.Contains(err.Error(), "--truncate-before 100") || !strings.Contains(err.Error(), "--truncate-after") {
 		t.Fatalf("open: %v; want the advice of a cut after the damage", err)
+	}
+}
+
+// A copy of snapshot 50 under the name 55 and an entry damaged in a segment
+// before the last: the advice names a repair that kvidx wal repair accepts,
+// a cut after the damage only when its guard (EndProof) lets it, else the
+// rename the copy needs before --truncate-before (review of this session's
+// change: the advice named a --truncate-after the guard refuses).
+func TestDamageAdviceWithMisnamedSnapshot(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	opts := testOptions()
+	opts.SegmentSize = 2048
+	writeHistory(t, dir, opts, 7, 60, 20, 50)
+	snapDir := filepath.Join(dir, SnapshotDirName)
+	if err := os.Rename(filepath.Join(snapDir, snapshot.FileName(50)), filepath.Join(snapDir, snapshot.FileName(55))); err != nil {
+		t.Fatal(err)
+	}
+	walDir := filepath.Join(dir, WALDirName)
+	segs, _ := listSegments(walDir)
+	path := filepath.Join(walDir, segs[len(segs)-2].name)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0x40
+	if err := os.WriteFile(path, b, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(ctx, dir, opts)
+	if err == nil {
+		t.Fatal("open accepted the damage")
+	}
+	snaps, _ := snapshot.List(snapDir)
+	if m := regexp.MustCompile(`--truncate-after (\d+)`).FindStringSubmatch(err.Error()); m != nil {
+		after, _ := strconv.ParseUint(m[1], 10, 64)
+		if f, ok := EndProof(snaps, after); ok && f.Index > after {
+			t.Fatalf("advice --truncate-after %d, which the repair refuses for %s: %v", after, f.Path, err)
+		}
+		return
+	}
+	if want := "rename it " + snapshot.FileName(50) + ", then kvidx wal repair " + dir + " --truncate-before 51 --yes"; !strings.Contains(err.Error(), want) {
+		t.Fatalf("open: %v\nwant the advice %q", err, want)
 	}
 }

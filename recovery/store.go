@@ -526,16 +526,22 @@ func DamageRefusal(dataDir string, err error) string {
 		return ""
 	}
 	snaps, lerr := snapshot.List(filepath.Join(dataDir, SnapshotDirName))
-	// A snapshot whose meta disagrees with its name is skipped, as
-	// recovery skips it; the repair would refuse it.
-	snaps = slices.DeleteFunc(snaps, func(f snapshot.File) bool { _, why := Misnamed(f); return why != "" })
-	if lerr != nil || len(snaps) == 0 || snaps[0].Index < entry {
+	// The snapshot that a cut after the damage would end the log before,
+	// as recovery and the repair judge it (a copy under a wrong name whose
+	// meta is before the damage does not count).
+	f, ok := EndProof(snaps, entry-1)
+	if lerr != nil || !ok || f.Index < entry {
 		return explain(dataDir)
 	}
+	index, rename := f.Index, ""
+	if m, why := Misnamed(f); why != "" {
+		// The repair verifies the snapshot's name against its meta.
+		index, rename = m, fmt.Sprintf("rename it %s, then ", snapshot.FileName(m))
+	}
 	return fmt.Sprintf("%s; snapshot %s holds every entry up to %d, the damaged entry %d included: if it is good, "+
-		"kvidx wal repair %s --truncate-before %d --yes drops the entries up to %d (it verifies that snapshot first) and loses nothing acknowledged "+
+		"%skvidx wal repair %s --truncate-before %d --yes drops the entries up to %d (it verifies that snapshot first) and loses nothing acknowledged "+
 		"(a cut after the damage would end the log before that snapshot, which kvidx refuses)",
-		where, filepath.Base(snaps[0].Path), snaps[0].Index, entry, dataDir, snaps[0].Index+1, snaps[0].Index)
+		where, filepath.Base(f.Path), index, entry, rename, dataDir, index+1, index)
 }
 
 // DamageErr is err explained by [DamageRefusal] when it is damage inside the

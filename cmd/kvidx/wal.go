@@ -108,6 +108,11 @@ directory must not be open in a running kvidx (the command takes its lock).`,
 					return fmt.Errorf("wal repair: %w", err)
 				}
 				if f, ok := recovery.EndProof(snaps, after); ok && f.Index > after {
+					if m, why := recovery.Misnamed(f); why != "" {
+						return fmt.Errorf("wal repair: snapshot %s is misnamed (%s), at WAL index %d, after entry %d: cut there, the log would end before it and kvidx would refuse to start; "+
+							"rename it %s and use --truncate-before %d to drop the entries that snapshot holds instead, or move the snapshot out of %s first",
+							filepath.Base(f.Path), why, m, after, snapshot.FileName(m), m+1, filepath.Dir(f.Path))
+					}
 					return fmt.Errorf("wal repair: snapshot %s is at WAL index %d, after entry %d: cut there, the log would end before it and kvidx would refuse to start; "+
 						"use --truncate-before %d to drop the entries that snapshot holds instead, or move the snapshot out of %s first",
 						filepath.Base(f.Path), f.Index, after, f.Index+1, filepath.Dir(f.Path))
