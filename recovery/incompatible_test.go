@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/kvidx/kvidx/internal/snaptest"
 	"github.com/kvidx/kvidx/snapshot"
+	"github.com/kvidx/kvidx/wal"
 )
 
 // A snapshot that a newer kvidx wrote (a snapshot format version this build
@@ -347,5 +349,48 @@ func TestDamageAdviceWithMisnamedSnapshot(t *testing.T) {
 	}
 	if want := "rename it " + snapshot.FileName(50) + ", then kvidx wal repair " + dir + " --truncate-before 51 --yes"; !strings.Contains(err.Error(), want) {
 		t.Fatalf("open: %v\nwant the advice %q", err, want)
+	}
+}
+
+// A segment lost from the WAL after the newest snapshot: the refusal names
+// the cut before the gap, and after it recovery uses that snapshot (found
+// by an operator drill: the refusal said entries 1..N were gone and named
+// no way out).
+func TestGapAfterSnapshotNamesTheCut(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	opts := testOptions()
+	opts.SegmentSize = 2048
+	writeHistory(t, dir, opts, 7, 80, 20)
+	walDir := filepath.Join(dir, WALDirName)
+	segs, _ := listSegments(walDir)
+	var gone segment
+	for i, sg := range segs[:len(segs)-1] {
+		if sg.index > 25 && i > 0 {
+			gone = sg
+			break
+		}
+	}
+	if gone.name == "" {
+		t.Fatalf("segments %v", segs)
+	}
+	if err := os.Remove(filepath.Join(walDir, gone.name)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Open(ctx, dir, opts)
+	want := fmt.Sprintf("kvidx wal repair %s --truncate-after %d --yes", dir, gone.index-1)
+	if !errors.Is(err, ErrUnrecoverable) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("open: %v\nwant the advice %q", err, want)
+	}
+	if err := wal.RepairTruncateAfter(walDir, gone.index-1, filepath.Join(t.TempDir(), "backup")); err != nil {
+		t.Fatalf("the advised repair: %v", err)
+	}
+	s, err := Open(ctx, dir, opts)
+	if err != nil {
+		t.Fatalf("open after the advised repair: %v", err)
+	}
+	defer s.Close()
+	if r := s.Report(); r.SnapshotUsed.Index != 20 || r.LastIndex != gone.index-1 {
+		t.Errorf("report %+v: want snapshot 20 and the WAL up to %d", r, gone.index-1)
 	}
 }

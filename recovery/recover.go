@@ -111,11 +111,11 @@ func (s *Store) recover(ctx context.Context) error {
 			"holder_blocks", meta.Stats.HolderBlocks, "duration", r.SnapshotLoad)
 	} else {
 		if contig > 1 {
-			why := fmt.Sprintf("no usable snapshot, and the WAL does not begin at index 1 (entries 1..%d are gone)", contig-1)
-			if first == 1 {
-				why = "no usable snapshot, and the WAL is not whole from index 1"
+			spans := make([]Span, len(gaps))
+			for i, g := range gaps {
+				spans[i] = Span{g.From, g.To}
 			}
-			return refuse(why)
+			return refuse(NoSnapshotRefusal(s.dir, snaps, first, last, contig, spans))
 		}
 		ix = engine.New()
 	}
@@ -338,6 +338,40 @@ func Misnamed(f snapshot.File) (metaIndex uint64, why string) {
 
 func misnamed(metaIndex uint64, f snapshot.File) string {
 	return fmt.Sprintf("its meta says WAL index %d, its name %d", metaIndex, f.Index)
+}
+
+// Span is a run of WAL entries From..To (a gap: missing or unreadable).
+type Span struct{ From, To uint64 }
+
+// NoSnapshotRefusal is why a data directory is refused when no snapshot
+// is usable and the WAL, first..last, is whole only from contig > 1 on
+// (gaps, in index order, are where it is not), with the way out where one
+// exists: the newest snapshot that the WAL reaches back to, skipped only
+// because a gap follows it, is used once the WAL is cut before the gap.
+// The entries from the gap on are lost either way: no replay reaches them.
+// Recovery's refusal and the offline tools that predict it use it alike.
+func NoSnapshotRefusal(dataDir string, snaps []snapshot.File, first, last, contig uint64, gaps []Span) string {
+	for _, f := range snaps { // newest first
+		if f.Index+1 < first || f.Index+1 >= contig {
+			continue
+		}
+		for _, g := range gaps {
+			if g.To <= f.Index {
+				continue
+			}
+			if g.From <= f.Index {
+				break // the gap takes entries the snapshot needs next
+			}
+			return fmt.Sprintf("no usable snapshot: the WAL after snapshot %s is not whole (entries %d..%d are missing or unreadable); "+
+				"if that snapshot is good, kvidx wal repair %s --truncate-after %d --yes drops entries %d..%d, which no replay can reach, and recovery then uses it",
+				filepath.Base(f.Path), g.From, g.To, dataDir, g.From-1, g.From, last)
+		}
+		break
+	}
+	if first == 1 {
+		return "no usable snapshot, and the WAL is not whole from index 1"
+	}
+	return fmt.Sprintf("no usable snapshot, and the WAL does not begin at index 1 (entries 1..%d are gone)", contig-1)
 }
 
 // EndProof returns the newest of snaps (newest first, as snapshot.List

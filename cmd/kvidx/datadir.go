@@ -317,10 +317,11 @@ func planRecoveryRead(ctx context.Context, dir string, load bool, progress io.Wr
 	if p.SnapshotUsed != nil {
 		from = p.SnapshotUsed.Index + 1
 	} else if contig > 1 {
-		p.Refusal = fmt.Sprintf("no usable snapshot, and the WAL does not begin at index 1 (entries 1..%d are gone)", contig-1)
-		if first == 1 {
-			p.Refusal = "no usable snapshot, and the WAL is not whole from index 1"
+		spans := make([]recovery.Span, len(lay.Gaps))
+		for i, g := range lay.Gaps {
+			spans[i] = recovery.Span{From: g.From, To: g.To}
 		}
+		p.Refusal = sanitize(recovery.NoSnapshotRefusal(dir, snaps, first, last, contig, spans), dir)
 		return p, nil, nil
 	}
 	if from <= last {
