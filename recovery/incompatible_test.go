@@ -394,3 +394,47 @@ func TestGapAfterSnapshotNamesTheCut(t *testing.T) {
 		t.Errorf("report %+v: want snapshot 20 and the WAL up to %d", r, gone.index-1)
 	}
 }
+
+// The newest snapshot damaged, and an entry damaged in the WAL after the
+// older one: the refusal's advice does not rely on the damaged snapshot,
+// which is moved aside (found by an operator drill: the advice named
+// --truncate-before past it, which the repair refused, and the guard of
+// --truncate-after pointed back to it).
+func TestReplayDamageAdviceAfterDamagedSnapshot(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	opts := testOptions()
+	opts.SegmentSize = 2048
+	opts.KeepSnapshots = 5
+	writeHistory(t, dir, opts, 7, 60, 20, 50)
+	snapDir := filepath.Join(dir, SnapshotDirName)
+	newest := filepath.Join(snapDir, snapshot.FileName(50))
+	if err := os.Truncate(newest, 8192); err != nil {
+		t.Fatal(err)
+	}
+	walDir := filepath.Join(dir, WALDirName)
+	segs, _ := listSegments(walDir)
+	var seg segment
+	for _, sg := range segs {
+		if sg.index > 25 && sg.index < 45 {
+			seg = sg
+			break
+		}
+	}
+	path := filepath.Join(walDir, seg.name)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0x40
+	if err := os.WriteFile(path, b, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(ctx, dir, opts)
+	if err == nil || strings.Contains(err.Error(), "--truncate-before 51") || !strings.Contains(err.Error(), "--truncate-after") {
+		t.Fatalf("open: %v; want the advice of a cut after the damage", err)
+	}
+	if _, err := os.Stat(newest + DamagedSuffix); err != nil {
+		t.Errorf("the damaged snapshot was not moved aside: %v", err)
+	}
+}

@@ -133,6 +133,14 @@ func (s *Store) recover(ctx context.Context) error {
 		s.logger.Warn("snapshot skipped", "path", f.Path, "index", f.Index, "reason", f.Reason)
 	}
 	if err := s.replay(ctx, from, last); err != nil {
+		if DamageRefusal(s.dir, err) != "" {
+			// The refusal names the repair, and the snapshot it relies
+			// on: not one this recovery found damaged (its advice was
+			// refused by the repair, which verifies the snapshot).
+			if merr := s.moveAside(damaged); merr != nil {
+				s.logger.Warn("damaged snapshots not moved aside", "err", merr)
+			}
+		}
 		return fmt.Errorf("data dir %s: replay: %w (%s)", s.dir, DamageErr(s.dir, err), s.found(snaps, gaps))
 	}
 	return s.moveAside(damaged)
