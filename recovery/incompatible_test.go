@@ -438,3 +438,31 @@ func TestReplayDamageAdviceAfterDamagedSnapshot(t *testing.T) {
 		t.Errorf("the damaged snapshot was not moved aside: %v", err)
 	}
 }
+
+// The only snapshot that covers the WAL's start is under a wrong name: the
+// refusal lists it and names the rename (found by an operator drill: it
+// was left out of the refusal, which said entries were gone).
+func TestMisnamedSnapshotNeededNamesTheRename(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	opts := testOptions()
+	opts.KeepSnapshots = 1
+	writeHistory(t, dir, opts, 7, 30, 30) // the WAL is then empty, next index 31
+	snapDir := filepath.Join(dir, SnapshotDirName)
+	if err := os.Rename(filepath.Join(snapDir, snapshot.FileName(30)), filepath.Join(snapDir, snapshot.FileName(40))); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Open(ctx, dir, opts)
+	want := "renamed " + snapshot.FileName(30) + " it is the snapshot recovery needs"
+	if !errors.Is(err, ErrUnrecoverable) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), snapshot.FileName(40)) {
+		t.Fatalf("open: %v\nwant the rename %q", err, want)
+	}
+	if err := os.Rename(filepath.Join(snapDir, snapshot.FileName(40)), filepath.Join(snapDir, snapshot.FileName(30))); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(ctx, dir, opts)
+	if err != nil {
+		t.Fatalf("open after the rename: %v", err)
+	}
+	s.Close()
+}

@@ -42,8 +42,9 @@ func (s *Store) recover(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	all := snaps // what the refusal lists: every snapshot found
 	refuse := func(why string) error {
-		return s.unrecoverable(why, snaps, gaps)
+		return s.unrecoverable(why, all, gaps)
 	}
 	var (
 		ix      *engine.Index
@@ -115,7 +116,7 @@ func (s *Store) recover(ctx context.Context) error {
 			for i, g := range gaps {
 				spans[i] = Span{g.From, g.To}
 			}
-			return refuse(NoSnapshotRefusal(s.dir, snaps, first, last, contig, spans))
+			return refuse(NoSnapshotRefusal(s.dir, all, first, last, contig, spans))
 		}
 		ix = engine.New()
 	}
@@ -359,6 +360,14 @@ type Span struct{ From, To uint64 }
 // The entries from the gap on are lost either way: no replay reaches them.
 // Recovery's refusal and the offline tools that predict it use it alike.
 func NoSnapshotRefusal(dataDir string, snaps []snapshot.File, first, last, contig uint64, gaps []Span) string {
+	// A snapshot under a wrong name, skipped as damaged, may be the one
+	// recovery needs.
+	for _, f := range snaps {
+		if m, why := Misnamed(f); why != "" && m+1 >= contig && m <= last {
+			return fmt.Sprintf("no usable snapshot, but snapshot %s is misnamed (%s): if it is good, renamed %s it is the snapshot recovery needs",
+				filepath.Base(f.Path), why, snapshot.FileName(m))
+		}
+	}
 	for _, f := range snaps { // newest first
 		if f.Index+1 < first || f.Index+1 >= contig {
 			continue

@@ -232,6 +232,7 @@ func planRecoveryRead(ctx context.Context, dir string, load bool, progress io.Wr
 	if err != nil {
 		return nil, nil, err
 	}
+	all := snaps // what a refusal considers: every snapshot found
 	first, last := lay.FirstIndex, lay.LastIndex
 	contig := first
 	for _, g := range lay.Gaps {
@@ -321,7 +322,7 @@ func planRecoveryRead(ctx context.Context, dir string, load bool, progress io.Wr
 		for i, g := range lay.Gaps {
 			spans[i] = recovery.Span{From: g.From, To: g.To}
 		}
-		p.Refusal = sanitize(recovery.NoSnapshotRefusal(dir, snaps, first, last, contig, spans), dir)
+		p.Refusal = sanitize(recovery.NoSnapshotRefusal(dir, all, first, last, contig, spans), dir)
 		return p, nil, nil
 	}
 	if from <= last {
