@@ -329,7 +329,9 @@ func planRecoveryRead(ctx context.Context, dir string, load bool, progress io.Wr
 		p.ReplayFrom, p.ReplayTo, p.ReplayEntries = from, last, last-from+1
 		for _, d := range lay.Damage {
 			if d.Index >= from && d.Index <= last {
-				p.Refusal = "replay would fail: " + d.String()
+				// With the repair a restart's refusal names.
+				ee := &wal.EntryError{Dir: p.walDir, Segment: d.Segment, Offset: d.Offset, Entry: d.Index, Err: fmt.Errorf("%s: %w", d.Desc, wal.ErrCorrupt)}
+				p.Refusal = "replay would fail: " + sanitize(recovery.DamageRefusal(dir, ee), dir)
 				return p, nil, nil
 			}
 		}

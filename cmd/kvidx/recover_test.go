@@ -310,3 +310,23 @@ func TestDataDirNamedOnce(t *testing.T) {
 		}
 	}
 }
+
+// A dry run that finds damage the replay would stop at names the repair a
+// restart's refusal names (found by an operator drill: it named none).
+func TestRecoverDryRunNamesReplayRepair(t *testing.T) {
+	dir := t.TempDir()
+	copyTree(t, fixtureDir, dir)
+	seg := filepath.Join(dir, "wal", "00000000000000000031") // entries 31..59
+	b, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)-3] ^= 0x40 // entry 59, after the newest snapshot (50)
+	if err := os.WriteFile(seg, b, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	out, _, _ := runKvidx(t, "", "recover", "--data-dir", dir, "--dry-run")
+	if !strings.Contains(out, "replay would fail") || !strings.Contains(out, "--truncate-after 58 --yes") {
+		t.Fatalf("dry run:\n%s\nwant the replay's repair, --truncate-after 58", out)
+	}
+}
