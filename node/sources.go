@@ -24,6 +24,9 @@ type SourceStatus struct {
 	Problem string
 	// Errors counts messages the source could not apply, by reason.
 	Errors map[string]uint64
+	// Skipped counts events the source leaves out by design, by reason
+	// (e.g. "other_medium": a vLLM engine's CPU offloading tier).
+	Skipped map[string]uint64
 	// LastError, when not connected, says why (the last failed connection
 	// attempt or the error that ended the connection).
 	LastError string
@@ -110,6 +113,7 @@ var (
 	descSourceApplied   = prometheus.NewDesc("kvidx_source_applied_sequence", "Source sequence of the last message applied.", []string{"source"}, nil)
 	descSourceLag       = prometheus.NewDesc("kvidx_source_lag_messages", "Messages of the source not yet applied.", []string{"source"}, nil)
 	descSourceErrors    = prometheus.NewDesc("kvidx_source_errors_total", "Messages the source could not apply, by reason.", []string{"source", "reason"}, nil)
+	descSourceSkipped   = prometheus.NewDesc("kvidx_source_skipped_events_total", "Events the source leaves out by design, by reason.", []string{"source", "reason"}, nil)
 )
 
 func (c sourceCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -117,6 +121,7 @@ func (c sourceCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descSourceApplied
 	ch <- descSourceLag
 	ch <- descSourceErrors
+	ch <- descSourceSkipped
 }
 
 func (c sourceCollector) Collect(ch chan<- prometheus.Metric) {
@@ -135,13 +140,19 @@ func (c sourceCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descSourceConnected, prometheus.GaugeValue, connected, st.Name)
 		ch <- prometheus.MustNewConstMetric(descSourceApplied, prometheus.GaugeValue, float64(st.Applied), st.Name)
 		ch <- prometheus.MustNewConstMetric(descSourceLag, prometheus.GaugeValue, float64(st.Lag), st.Name)
-		reasons := make([]string, 0, len(st.Errors))
-		for r := range st.Errors {
-			reasons = append(reasons, r)
-		}
-		sort.Strings(reasons)
-		for _, r := range reasons {
-			ch <- prometheus.MustNewConstMetric(descSourceErrors, prometheus.CounterValue, float64(st.Errors[r]), st.Name, r)
-		}
+		byReason(ch, descSourceErrors, st.Name, st.Errors)
+		byReason(ch, descSourceSkipped, st.Name, st.Skipped)
+	}
+}
+
+// byReason sends a counter of desc for each reason of counts, in order.
+func byReason(ch chan<- prometheus.Metric, desc *prometheus.Desc, source string, counts map[string]uint64) {
+	reasons := make([]string, 0, len(counts))
+	for r := range counts {
+		reasons = append(reasons, r)
+	}
+	sort.Strings(reasons)
+	for _, r := range reasons {
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, float64(counts[r]), source, r)
 	}
 }

@@ -30,7 +30,7 @@ func TestSourcesInReadinessAndMetrics(t *testing.T) {
 	if r := e.do(t, "POST", "/v1/match", `{"local_hashes":[1]}`); r.code != 200 {
 		t.Fatalf("match %d", r.code)
 	}
-	st.Store(&SourceStatus{Name: "nats:KV", Connected: true, Applied: 7, Lag: 2, Errors: map[string]uint64{"decode": 3}})
+	st.Store(&SourceStatus{Name: "nats:KV", Connected: true, Applied: 7, Lag: 2, Errors: map[string]uint64{"decode": 3}, Skipped: map[string]uint64{"other_medium": 5}})
 	want := `
 # HELP kvidx_source_errors_total Messages the source could not apply, by reason.
 # TYPE kvidx_source_errors_total counter
@@ -38,8 +38,11 @@ kvidx_source_errors_total{reason="decode",source="nats:KV"} 3
 # HELP kvidx_source_lag_messages Messages of the source not yet applied.
 # TYPE kvidx_source_lag_messages gauge
 kvidx_source_lag_messages{source="nats:KV"} 2
+# HELP kvidx_source_skipped_events_total Events the source leaves out by design, by reason.
+# TYPE kvidx_source_skipped_events_total counter
+kvidx_source_skipped_events_total{reason="other_medium",source="nats:KV"} 5
 `
-	if err := testutil.GatherAndCompare(e.srv.Metrics().Registry(), strings.NewReader(want), "kvidx_source_errors_total", "kvidx_source_lag_messages"); err != nil {
+	if err := testutil.GatherAndCompare(e.srv.Metrics().Registry(), strings.NewReader(want), "kvidx_source_errors_total", "kvidx_source_lag_messages", "kvidx_source_skipped_events_total"); err != nil {
 		t.Fatal(err)
 	}
 	if problems, err := testutil.GatherAndLint(e.srv.Metrics().Registry()); err != nil || len(problems) > 0 {

@@ -323,7 +323,8 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		src := ingest.NewZMQSource(spec, srv.SourceStore(store), ingest.ZMQOptions{Logger: log})
 		srv.AddSource(func() node.SourceStatus {
 			st := src.Stats()
-			return node.SourceStatus{Name: st.Source, Connected: st.Connected, Applied: st.LastSeq, Lag: st.Lag, Errors: st.Errors, LastError: st.LastConnError}
+			return node.SourceStatus{Name: st.Source, Connected: st.Connected, Applied: st.LastSeq, Lag: st.Lag, Errors: st.Errors, LastError: st.LastConnError,
+				Skipped: map[string]uint64{"other_medium": st.OtherMedium}}
 		})
 		srv.GoSource(src.Run)
 	}
