@@ -466,3 +466,25 @@ func TestMisnamedSnapshotNeededNamesTheRename(t *testing.T) {
 	}
 	s.Close()
 }
+
+// The size estimate scales the last snapshot by the larger of its growths
+// in entries and in holder-blocks: after a snapshot of blocks many workers
+// share (about a byte a holder-block), an index of as many blocks held once
+// each is some 30 times larger (found by verifying the fix: the estimate
+// by holder-blocks alone passed a snapshot that then filled the disk and
+// fenced the log).
+func TestSnapshotRoomEstimate(t *testing.T) {
+	s := &Store{dir: "d", snapDir: "d/snapshots"}
+	s.freeSpace = func(string) (int64, error) { return 30 << 20, nil }
+	s.lastSize = snapshotSize{bytes: 1 << 20, entries: 10_000, holderBlocks: 640_000}
+	if err := s.roomFor(10_000, 700_000); err != nil {
+		t.Fatalf("a little more of the same: %v", err)
+	}
+	if err := s.roomFor(510_000, 1_140_000); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("51 times the entries in 30 MiB: %v, want ErrNoSpace", err)
+	}
+	s.lastSize = snapshotSize{}
+	if err := s.roomFor(600_000, 600_000); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("no snapshot seen, 600k holder-blocks in 30 MiB: %v, want ErrNoSpace", err)
+	}
+}

@@ -102,7 +102,7 @@ func (s *Store) recover(ctx context.Context) error {
 		// Snapshot writes nothing until an entry follows the one loaded.
 		s.lastSnap, s.haveSnap = r.SnapshotUsed, true
 		s.count(used.Index)
-		s.noteSnapshotSize(used.Path, meta.Stats.HolderBlocks)
+		s.noteSnapshotSize(used.Path, meta.Stats.Entries, meta.Stats.HolderBlocks)
 		s.applied = used.Index
 		for _, src := range meta.Sources {
 			s.positions = mergePosition(s.positions, wal.Position{Source: src.Name, Seq: src.Seq})

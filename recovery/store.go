@@ -124,9 +124,9 @@ type Store struct {
 	// freeSpace returns the free bytes of a directory's filesystem
 	// (freeBytes; tests replace it).
 	freeSpace func(dir string) (int64, error)
-	// snapBytesPerHB is the size a holder-block of the last snapshot
-	// written or loaded (see roomFor). Guarded by snapMu.
-	snapBytesPerHB float64
+	// lastSize is the size of the last snapshot written or loaded (see
+	// roomFor). Guarded by snapMu.
+	lastSize snapshotSize
 }
 
 // Open opens the data directory dir, creating it if needed, recovers its
@@ -333,8 +333,8 @@ func (s *Store) Snapshot(ctx context.Context) (path string, index uint64, err er
 		f.Release(s.ix)
 		return "", 0, fmt.Errorf("data dir %s: snapshot: %w", s.dir, err)
 	}
-	hb := f.Stats().HolderBlocks
-	if err := s.roomFor(hb); err != nil {
+	st := f.Stats()
+	if err := s.roomFor(st.Entries, st.HolderBlocks); err != nil {
 		f.Release(s.ix)
 		return "", 0, err
 	}
@@ -351,7 +351,7 @@ func (s *Store) Snapshot(ctx context.Context) (path string, index uint64, err er
 	s.logger.Info("snapshot written", "path", path, "index", index, "duration", time.Since(start), "apply_pause", pause)
 	delete(s.unusable, index) // the file under its name is the one just written
 	s.count(index)
-	s.noteSnapshotSize(path, hb)
+	s.noteSnapshotSize(path, st.Entries, st.HolderBlocks)
 	if err := s.retain(index); err != nil {
 		return path, index, err
 	}
