@@ -163,16 +163,8 @@ func TestReplayDamageNamesTheRepair(t *testing.T) {
 	if len(segs) < 3 {
 		t.Fatalf("%d segments", len(segs))
 	}
-	path := filepath.Join(walDir, segs[1].name)
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data[len(data)/2] ^= 0x40
-	if err := os.WriteFile(path, data, 0o640); err != nil {
-		t.Fatal(err)
-	}
-	_, err = Open(context.Background(), dir, opts)
+	flipMiddle(t, filepath.Join(walDir, segs[1].name))
+	_, err := Open(context.Background(), dir, opts)
 	if err == nil || !strings.Contains(err.Error(), "--truncate-after") || !strings.Contains(err.Error(), "kvidx wal repair "+dir) {
 		t.Fatalf("open: %v; want a refusal naming kvidx wal repair --truncate-after", err)
 	}
@@ -294,15 +286,7 @@ func TestReplayDamageAdviceIgnoresMisnamedSnapshot(t *testing.T) {
 	}
 	walDir := filepath.Join(dir, WALDirName)
 	segs, _ := listSegments(walDir)
-	path := filepath.Join(walDir, segs[len(segs)-2].name)
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b[len(b)/2] ^= 0x40
-	if err := os.WriteFile(path, b, 0o640); err != nil {
-		t.Fatal(err)
-	}
+	flipMiddle(t, filepath.Join(walDir, segs[len(segs)-2].name))
 	_, err = Open(ctx, dir, opts)
 	if err == nil || strings.Contains(err.Error(), "--truncate-before 100") || !strings.Contains(err.Error(), "--truncate-after") {
 		t.Fatalf("open: %v; want the advice of a cut after the damage", err)
@@ -326,16 +310,8 @@ func TestDamageAdviceWithMisnamedSnapshot(t *testing.T) {
 	}
 	walDir := filepath.Join(dir, WALDirName)
 	segs, _ := listSegments(walDir)
-	path := filepath.Join(walDir, segs[len(segs)-2].name)
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b[len(b)/2] ^= 0x40
-	if err := os.WriteFile(path, b, 0o640); err != nil {
-		t.Fatal(err)
-	}
-	_, err = Open(ctx, dir, opts)
+	flipMiddle(t, filepath.Join(walDir, segs[len(segs)-2].name))
+	_, err := Open(ctx, dir, opts)
 	if err == nil {
 		t.Fatal("open accepted the damage")
 	}
@@ -421,16 +397,8 @@ func TestReplayDamageAdviceAfterDamagedSnapshot(t *testing.T) {
 			break
 		}
 	}
-	path := filepath.Join(walDir, seg.name)
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b[len(b)/2] ^= 0x40
-	if err := os.WriteFile(path, b, 0o640); err != nil {
-		t.Fatal(err)
-	}
-	_, err = Open(ctx, dir, opts)
+	flipMiddle(t, filepath.Join(walDir, seg.name))
+	_, err := Open(ctx, dir, opts)
 	if err == nil || strings.Contains(err.Error(), "--truncate-before 51") || !strings.Contains(err.Error(), "--truncate-after") {
 		t.Fatalf("open: %v; want the advice of a cut after the damage", err)
 	}
@@ -486,5 +454,19 @@ func TestSnapshotRoomEstimate(t *testing.T) {
 	s.lastSize = snapshotSize{}
 	if err := s.roomFor(600_000, 600_000); !errors.Is(err, ErrNoSpace) {
 		t.Fatalf("no snapshot seen, 600k holder-blocks in 30 MiB: %v, want ErrNoSpace", err)
+	}
+}
+
+// flipMiddle flips a bit of the byte in the middle of the file at path
+// (a WAL segment: an entry there fails its checksum).
+func flipMiddle(t *testing.T, path string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0x40
+	if err := os.WriteFile(path, b, 0o640); err != nil {
+		t.Fatal(err)
 	}
 }

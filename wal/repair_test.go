@@ -1015,20 +1015,7 @@ func flipByte(t *testing.T, path string, k uint64) {
 // (found by review: it took the first version 2 frame for the entry's
 // successor and refused a healthy log).
 func TestRepairTruncateBeforeMixedVersions(t *testing.T) {
-	dir := t.TempDir()
-	o := quietOpts()
-	o.SegmentSize = 1 << 20
-	l := mustOpen(t, dir, o)
-	want := appendN(t, l, 1, 10)
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	toVersion1(t, tailPath(t, dir))
-	l = mustOpen(t, dir, o)
-	want = append(want, appendN(t, l, 11, 20)...)
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
+	dir, want := mixedLog(t, 1<<20, 10, 20)
 	if _, err := RepairTruncateBefore(dir, 5, filepath.Join(t.TempDir(), "backup"), false); err != nil {
 		t.Fatalf("cut before 5 of a healthy log of both versions: %v", err)
 	}
@@ -1128,20 +1115,7 @@ func TestMissingEntryInLastSegmentRefused(t *testing.T) {
 func TestRepairTruncateBeforeMixedVersionsDamaged(t *testing.T) {
 	for _, before := range []uint64{5, 10, 11, 12} {
 		t.Run(fmt.Sprint("before=", before), func(t *testing.T) {
-			dir := t.TempDir()
-			o := quietOpts()
-			o.SegmentSize = 1 << 20
-			l := mustOpen(t, dir, o)
-			want := appendN(t, l, 1, 10)
-			if err := l.Close(); err != nil {
-				t.Fatal(err)
-			}
-			toVersion1(t, tailPath(t, dir))
-			l = mustOpen(t, dir, o)
-			want = append(want, appendN(t, l, 11, 20)...)
-			if err := l.Close(); err != nil {
-				t.Fatal(err)
-			}
+			dir, want := mixedLog(t, 1<<20, 10, 20)
 			flipByte(t, tailPath(t, dir), 2) // entry 3
 			if _, err := RepairTruncateBefore(dir, before, filepath.Join(t.TempDir(), "backup"), false); err != nil {
 				t.Fatalf("cut before %d: %v", before, err)
@@ -1230,25 +1204,7 @@ func TestRepairTruncateBeforeRefusesWrongCounts(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			dir := t.TempDir()
-			o := quietOpts()
-			o.SegmentSize = c.segSize
-			l := mustOpen(t, dir, o)
-			appendN(t, l, 1, max(c.v1, 1))
-			if err := l.Close(); err != nil {
-				t.Fatal(err)
-			}
-			if c.v1 > 0 {
-				segs, _ := listSegments(dir)
-				for _, s := range segs {
-					toVersion1(t, filepath.Join(dir, s.name))
-				}
-			}
-			l = mustOpen(t, dir, o)
-			appendN(t, l, max(c.v1, 1)+1, c.entries)
-			if err := l.Close(); err != nil {
-				t.Fatal(err)
-			}
+			dir, _ := mixedLog(t, c.segSize, c.v1, c.entries)
 			c.damage(t, dir)
 			index := c.index
 			if index == 0 { // the last entry of the first segment
@@ -1264,4 +1220,32 @@ func TestRepairTruncateBeforeRefusesWrongCounts(t *testing.T) {
 			}
 		})
 	}
+}
+
+// mixedLog writes a log of entries 1..n in segments of segSize bytes, the
+// first v1 of them as version 1 frames (as a kvidx before frames carried
+// their index wrote them, and this one continued), and returns its
+// directory and the entries' events.
+func mixedLog(t *testing.T, segSize, v1, n int) (string, [][]engine.Event) {
+	t.Helper()
+	dir := t.TempDir()
+	o := quietOpts()
+	o.SegmentSize = segSize
+	l := mustOpen(t, dir, o)
+	want := appendN(t, l, 1, max(v1, 1))
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if v1 > 0 {
+		segs, _ := listSegments(dir)
+		for _, s := range segs {
+			toVersion1(t, filepath.Join(dir, s.name))
+		}
+	}
+	l = mustOpen(t, dir, o)
+	want = append(want, appendN(t, l, max(v1, 1)+1, n)...)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir, want
 }

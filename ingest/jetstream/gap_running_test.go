@@ -25,6 +25,12 @@ type gateStore struct {
 	seqs    []uint64
 }
 
+// newGateStore returns a gateStore with its gate closed, holding the
+// appends of stream positions from gateAt on.
+func newGateStore(gateAt uint64) *gateStore {
+	return &gateStore{gate: make(chan struct{}), entered: make(chan struct{}, 16), gateAt: gateAt}
+}
+
 func (g *gateStore) Append(ctx context.Context, evs []engine.Event, ps []wal.Position) (uint64, []error, error) {
 	var seq uint64
 	for _, p := range ps {
@@ -79,14 +85,11 @@ func TestGapWhileRunning(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			url := natstest.Start(t)
 			publishCleared(t, url, 10)
-			st := &gateStore{gate: make(chan struct{}), entered: make(chan struct{}, 16)}
+			st := newGateStore(0)
 			src := New(Config{URL: url, Stream: testStream, Subject: tc.subject, BatchMax: 1, AllowGap: allow}, st)
 			defer runInBackground(src)()
 			waitAppending(t, st) // message 1 is being appended
-			stream, err := jetStream(t, url).Stream(context.Background(), testStream)
-			if err != nil {
-				t.Fatal(err)
-			}
+			stream := testStreamOf(t, url)
 			// Messages 2..5 go while the replica has applied none of them.
 			if err := stream.Purge(context.Background(), js.WithPurgeSequence(6)); err != nil {
 				t.Fatal(err)

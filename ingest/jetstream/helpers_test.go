@@ -71,3 +71,23 @@ func waitAppending(t *testing.T, st *gateStore) {
 		t.Fatal("no append")
 	}
 }
+
+// testStreamOf returns the test stream on the server at url.
+func testStreamOf(t *testing.T, url string) js.Stream {
+	t.Helper()
+	stream, err := jetStream(t, url).Stream(context.Background(), testStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stream
+}
+
+// deleteMsgs deletes the stream's messages from..to.
+func deleteMsgs(t *testing.T, stream js.Stream, from, to uint64) {
+	t.Helper()
+	for seq := from; seq <= to; seq++ {
+		if err := stream.DeleteMsg(context.Background(), seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

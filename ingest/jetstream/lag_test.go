@@ -15,10 +15,7 @@ import (
 func TestLagWhileHeldByGap(t *testing.T) {
 	url := natstest.Start(t)
 	publishCleared(t, url, 10)
-	stream, err := jetStream(t, url).Stream(context.Background(), testStream)
-	if err != nil {
-		t.Fatal(err)
-	}
+	stream := testStreamOf(t, url)
 	if err := stream.Purge(context.Background(), js.WithPurgeSequence(5)); err != nil {
 		t.Fatal(err)
 	}
@@ -36,14 +33,11 @@ func TestLagWhileHeldByGap(t *testing.T) {
 func TestLagWhileHeldByGapRunning(t *testing.T) {
 	url := natstest.Start(t)
 	publishCleared(t, url, 10)
-	st := &gateStore{gate: make(chan struct{}), entered: make(chan struct{}, 16)}
+	st := newGateStore(0)
 	src := New(Config{URL: url, Stream: testStream, BatchMax: 1}, st)
 	defer runInBackground(src)()
 	waitAppending(t, st)
-	stream, err := jetStream(t, url).Stream(context.Background(), testStream)
-	if err != nil {
-		t.Fatal(err)
-	}
+	stream := testStreamOf(t, url)
 	if err := stream.Purge(context.Background(), js.WithPurgeSequence(6)); err != nil {
 		t.Fatal(err)
 	}
@@ -65,19 +59,12 @@ func TestLagWhileHeldByGapRunning(t *testing.T) {
 func TestLagWhileHeldByTailGapGrows(t *testing.T) {
 	url := natstest.Start(t)
 	publishCleared(t, url, 10)
-	st := &gateStore{gate: make(chan struct{}), entered: make(chan struct{}, 16), gateAt: 5}
+	st := newGateStore(5)
 	src := New(Config{URL: url, Stream: testStream, BatchMax: 1}, st)
 	defer runInBackground(src)()
 	waitAppending(t, st)
-	stream, err := jetStream(t, url).Stream(context.Background(), testStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for seq := uint64(6); seq <= 10; seq++ {
-		if err := stream.DeleteMsg(context.Background(), seq); err != nil {
-			t.Fatal(err)
-		}
-	}
+	stream := testStreamOf(t, url)
+	deleteMsgs(t, stream, 6, 10)
 	close(st.gate)
 	waitUntil(t, "the tail gap", 10*time.Second, func() bool { return src.Status().Gap != "" })
 	publishCleared(t, url, 5) // 11..15: never applied while held

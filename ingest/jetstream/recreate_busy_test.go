@@ -15,7 +15,7 @@ import (
 func TestStreamRecreatedWhileBusy(t *testing.T) {
 	url := natstest.Start(t)
 	publishCleared(t, url, 3)
-	st := &gateStore{gate: make(chan struct{}), entered: make(chan struct{}, 16)}
+	st := newGateStore(0)
 	st.gateAt = 3
 	src := New(Config{URL: url, Stream: testStream, BatchMax: 1}, st)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -181,10 +181,7 @@ func TestAllowGapAfterPurgeWhileDown(t *testing.T) {
 	publishCleared(t, url, 10)
 	st := &posStore{}
 	runSource(t, New(Config{URL: url, Stream: testStream}, st), 5)
-	stream, err := jetStream(t, url).Stream(context.Background(), testStream)
-	if err != nil {
-		t.Fatal(err)
-	}
+	stream := testStreamOf(t, url)
 	publishCleared(t, url, 5) // 11..15, never applied
 	if err := stream.Purge(context.Background()); err != nil {
 		t.Fatal(err)

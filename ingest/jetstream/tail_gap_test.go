@@ -17,19 +17,12 @@ import (
 func TestTailDeletedWhileBehind(t *testing.T) {
 	url := natstest.Start(t)
 	publishCleared(t, url, 10)
-	st := &gateStore{gate: make(chan struct{}), entered: make(chan struct{}, 16), gateAt: 5}
+	st := newGateStore(5)
 	src := New(Config{URL: url, Stream: testStream, BatchMax: 1}, st)
 	defer runInBackground(src)()
 	waitAppending(t, st) // message 5 is being appended
-	stream, err := jetStream(t, url).Stream(context.Background(), testStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for seq := uint64(6); seq <= 10; seq++ {
-		if err := stream.DeleteMsg(context.Background(), seq); err != nil {
-			t.Fatal(err)
-		}
-	}
+	stream := testStreamOf(t, url)
+	deleteMsgs(t, stream, 6, 10)
 	close(st.gate)
 	waitUntil(t, "message 5 applied", 10*time.Second, func() bool { return src.Status().Applied >= 5 })
 	// The idle check looks at most once a second.
@@ -42,21 +35,14 @@ func TestTailDeletedWhileBehind(t *testing.T) {
 func TestTailDeletedWhileDown(t *testing.T) {
 	url := natstest.Start(t)
 	publishCleared(t, url, 10)
-	stream, err := jetStream(t, url).Stream(context.Background(), testStream)
-	if err != nil {
-		t.Fatal(err)
-	}
+	stream := testStreamOf(t, url)
 	if err := stream.Purge(context.Background(), js.WithPurgeSequence(6)); err != nil {
 		t.Fatal(err)
 	}
 	st := &posStore{}
 	runSource(t, New(Config{URL: url, Stream: testStream, AllowGap: true}, st), 10) // applies 6..10
 	publishCleared(t, url, 5)                                                       // 11..15
-	for seq := uint64(11); seq <= 15; seq++ {
-		if err := stream.DeleteMsg(context.Background(), seq); err != nil {
-			t.Fatal(err)
-		}
-	}
+	deleteMsgs(t, stream, 11, 15)
 	src := New(Config{URL: url, Stream: testStream}, st)
 	stop := runInBackground(src)
 	waitUntil(t, "messages 11..15 reported gone", 15*time.Second, func() bool { return src.Status().Gap != "" })
