@@ -197,7 +197,9 @@ last entry is reported as unused bytes, not damage (zeros there are a torn tail)
 
 Gaps between segments and damaged entries are listed with the segment file
 and byte offset. The exit status is 1 when the log could not be opened as it
-is (damage followed by valid entries in the last segment).`,
+is (damage followed by valid entries in the last segment) and also when it
+opens but holds damage or gaps in earlier segments, which a replay through
+them stops at: 0 means every entry in the range is readable.`,
 		Example: `  kvidx wal stat ./kvidx-data
   kvidx wal stat ./kvidx-data --json | jq .torn_bytes`,
 		Args: cobra.ExactArgs(1),
@@ -240,6 +242,12 @@ is (damage followed by valid entries in the last segment).`,
 			}
 			if err != nil {
 				return &exitError{code: 1, err: fmt.Errorf("wal stat: %w", recovery.DamageErr(args[0], err))}
+			}
+			if n := len(st.Damage) + len(st.Gaps); n > 0 {
+				// Open reads only the last segment, so it succeeds; a replay
+				// through the damage does not, which is what an operator
+				// checking the log before a restart needs to know.
+				return &exitError{code: 1, err: fmt.Errorf("wal stat: %s: %d damaged entries or gaps (listed above): the log opens, but a replay that reaches them stops there (kvidx recover --dry-run tells whether a restart does)", dir, n)}
 			}
 			return nil
 		},

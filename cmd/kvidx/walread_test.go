@@ -129,7 +129,8 @@ func TestWALReadNotADataDir(t *testing.T) {
 }
 
 // wal stat counts the entries the log could read, and lists every segment
-// file even when opening the log would refuse it.
+// file even when opening the log would refuse it. Damage exits 1 wherever it
+// is: in an earlier segment the log opens, but a replay through it stops.
 func TestWALStatDamagedCounts(t *testing.T) {
 	src := t.TempDir()
 	s := openStore(t, src)
@@ -147,7 +148,7 @@ func TestWALStatDamagedCounts(t *testing.T) {
 		wantEntries int
 		wantRefuse  bool
 	}{
-		{"damage in the first segment", segs[0], 119, false},
+		{"damage in the first segment", segs[0], 119, true},
 		{"damage in the last segment, valid entries after it", segs[len(segs)-1], -1, true},
 	}
 	for _, tt := range tests {
