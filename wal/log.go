@@ -570,9 +570,14 @@ func (l *Log) commit(batch []*request) {
 		// tail that the next open cuts.
 		l.syncNow()
 	}
+	if err != nil {
+		// Fenced before wmu is released: TruncateFront, which takes wmu,
+		// must see the fence (see there).
+		err = l.setFence(fmt.Errorf("entry %d: %w", index, err))
+	}
 	l.wmu.Unlock()
 	if err != nil {
-		answer(taken, 0, l.setFence(fmt.Errorf("entry %d: %w", index, err)))
+		answer(taken, 0, err)
 		return
 	}
 	l.bytes.Add(uint64(len(data)))
@@ -759,10 +764,17 @@ func (l *Log) LastIndex() (uint64, error) {
 }
 
 // TruncateFront removes every entry before index, which becomes the first
-// (index = LastIndex()+1 empties the log), then fsyncs the directory.
+// (index = LastIndex()+1 empties the log), then fsyncs the directory. A
+// fenced log refuses (ErrFenced): tidwall/wal keeps a failed write's entry
+// in its memory, and a truncation inside the tail segment rewrites that
+// segment from memory, which would put the failed batch on disk for the
+// next open to replay.
 func (l *Log) TruncateFront(index uint64) error {
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
+	if err := l.fenced(); err != nil {
+		return fmt.Errorf("truncate front to %d: %w", index, err)
+	}
 	l.readMu.Lock()
 	err := l.tw.TruncateFront(index)
 	l.readMu.Unlock()
