@@ -205,6 +205,11 @@ func Open(ctx context.Context, dir string, opts Options) (_ *Store, err error) {
 		WrapStore:     opts.WrapStore,
 	})
 	if err != nil {
+		var mt *wal.MissingTailError
+		if errors.As(err, &mt) {
+			return nil, &refusal{msg: fmt.Sprintf("data dir %s: refusing to start: %s", dir, missingTailRefusal(dir, mt)),
+				err: fmt.Errorf("%w: %w", ErrUnrecoverable, err)}
+		}
 		if msg := DamageRefusal(dir, err); msg != "" {
 			return nil, &refusal{msg: fmt.Sprintf("data dir %s: %s: %v", dir, msg, wal.ErrCorrupt), err: err}
 		}
@@ -513,11 +518,14 @@ func DamageRefusal(dataDir string, err error) string {
 	var (
 		de      *wal.DamageError
 		ee      *wal.EntryError
+		mt      *wal.MissingTailError
 		where   string
 		entry   uint64
 		explain func(dataDir string) string
 	)
 	switch {
+	case errors.As(err, &mt):
+		return missingTailRefusal(dataDir, mt)
 	case errors.As(err, &de):
 		where, entry, explain = de.Where(), de.Entry, de.Refusal
 	case errors.As(err, &ee):
@@ -542,6 +550,26 @@ func DamageRefusal(dataDir string, err error) string {
 		"%skvidx wal repair %s --truncate-before %d --yes drops the entries up to %d (it verifies that snapshot first) and loses nothing acknowledged "+
 		"(a cut after the damage would end the log before that snapshot, which kvidx refuses)",
 		where, filepath.Base(f.Path), index, entry, rename, dataDir, index+1, index)
+}
+
+// missingTailRefusal explains a WAL that lost its newest segments (see
+// wal.MissingTailError). A snapshot past the entries left holds the lost
+// ones up to its index: the way out is then the repair that makes the WAL
+// continue after it, as when the WAL ends before a snapshot; otherwise, a
+// cut that accepts the loss.
+func missingTailRefusal(dataDir string, mt *wal.MissingTailError) string {
+	snaps, err := snapshot.List(filepath.Join(dataDir, SnapshotDirName))
+	if err == nil {
+		for _, f := range snaps { // newest first
+			if f.Index <= mt.LastEntry {
+				break
+			}
+			if m, why := Misnamed(f); why == "" || m > mt.LastEntry {
+				return mt.Where() + "; " + WALBehindSnapshot(dataDir, f, mt.LastEntry)
+			}
+		}
+	}
+	return mt.Refusal(dataDir)
 }
 
 // DamageErr is err explained by [DamageRefusal] when it is damage inside the

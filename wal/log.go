@@ -317,14 +317,18 @@ func (l *Log) open() error {
 		return fmt.Errorf("wal %s: open: %w", l.dir, err)
 	}
 	l.tw = tw
-	if err := syncDir(l.dir); err != nil {
-		tw.Close()
-		return err
-	}
 	last, err := tw.LastIndex()
 	if err != nil {
 		tw.Close()
 		return fmt.Errorf("wal %s: %w", l.dir, err)
+	}
+	if err := l.checkTail(last); err != nil {
+		tw.Close()
+		return err
+	}
+	if err := syncDir(l.dir); err != nil {
+		tw.Close()
+		return err
 	}
 	l.next = last + 1
 	l.lastWritten = last
@@ -600,6 +604,16 @@ func (l *Log) written(index uint64, n int) error {
 	l.fdMu.Lock()
 	defer l.fdMu.Unlock()
 	if before || after {
+		newest := index
+		if after {
+			newest = index + 1
+		}
+		// Named before the directory fsync, which makes both the new
+		// segment and its mark durable before any entry in it is
+		// acknowledged (see tailmark.go).
+		if err := writeTailMark(l.dir, newest); err != nil {
+			return err
+		}
 		if err := syncDir(l.dir); err != nil {
 			return err
 		}

@@ -195,6 +195,12 @@ func walk(dir string, from, to uint64, fn func(Entry) error) (Layout, error) {
 // listed segment file was gone when read; passed is the index of the last
 // entry passed to fn (0: none).
 func walkOnce(dir string, from, to uint64, fn func(Entry) error) (lay Layout, vanished bool, passed uint64, err error) {
+	// Read before the listing: a live writer's rollover names a segment
+	// in TAIL only once it exists, so the listing holds it.
+	mark, err := readTailMark(dir)
+	if err != nil {
+		return lay, false, passed, err
+	}
 	all, err := listSegments(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		lay.FirstIndex, lay.LastIndex = 1, 0
@@ -210,7 +216,7 @@ func walkOnce(dir string, from, to uint64, fn func(Entry) error) (lay Layout, va
 	}
 	if len(segs) == 0 {
 		lay.FirstIndex, lay.LastIndex = 1, 0
-		return lay, false, passed, nil
+		return lay, false, passed, missingTail(&lay, dir, mark, segs)
 	}
 	lay.FirstIndex = segs[0].index
 	if from == 0 {
@@ -381,7 +387,21 @@ func walkOnce(dir string, from, to uint64, fn func(Entry) error) (lay Layout, va
 		}
 		lay.Segments = append(lay.Segments, info)
 	}
+	if err := missingTail(&lay, dir, mark, segs); err != nil && scanErr == nil {
+		scanErr = err
+	}
 	return lay, false, passed, scanErr
+}
+
+// missingTail is what Open's check of TAIL (see tailmark.go) finds in a
+// walk's layout: the refusal, also listed as a gap after the last entry.
+func missingTail(lay *Layout, dir string, mark uint64, segs []segFile) error {
+	err := checkTail(dir, mark, segs, lay.LastIndex)
+	var mt *MissingTailError
+	if errors.As(err, &mt) {
+		lay.Gaps = append(lay.Gaps, Gap{From: lay.LastIndex + 1, To: lay.LastIndex + 1, Desc: mt.Where()})
+	}
+	return err
 }
 
 // frames walks b's tidwall/wal framing: it returns how many whole entries

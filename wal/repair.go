@@ -288,7 +288,10 @@ func syncDir(dir string) error {
 // overwritten, and nothing is cut unless every copy is whole and fsynced.
 // dir must exist. It takes the directory lock, so no Log may have dir open. It walks tidwall/wal's framing only, not kvidx's CRCs, so it can
 // cut just before a damaged entry that [Open] refuses. index must lie within
-// the log's segments; index = first index - 1 empties the log.
+// the log's segments; index = first index - 1 empties the log. The cut
+// rewrites TAIL (see tailmark.go) to name the segment that ends the log:
+// a log refused as missing its newest segments ([MissingTailError]) is
+// accepted as it is with index = its last entry.
 func RepairTruncateAfter(dir string, index uint64, backupDir string) (err error) {
 	// LockDir creates the directory: check first, so a mistyped path is
 	// an error that leaves nothing behind (not an empty dir/LOCK).
@@ -332,6 +335,13 @@ func RepairTruncateAfter(dir string, index uint64, backupDir string) (err error)
 	if last := tail.index + countEntries(tailData) - 1; index > last {
 		return fmt.Errorf("wal %s: index %d is past the last entry %d: %w", dir, index, last, ErrNothingToCut)
 	}
+	mark, err := readTailMark(dir)
+	if err != nil {
+		return err
+	}
+	// The log's newest segments are missing (see tailmark.go): the cut
+	// accepts their loss, whether or not it removes anything itself.
+	lostTail := mark > tail.index
 	// Find the segment holding entry index+1, the first one to drop.
 	cut := index + 1
 	si := -1
@@ -360,11 +370,27 @@ func RepairTruncateAfter(dir string, index uint64, backupDir string) (err error)
 		off += n
 	}
 	if si == len(segs)-1 && off == len(data) {
+		if lostTail {
+			if err := writeTailMark(dir, tail.index); err != nil {
+				return err
+			}
+			return syncDir(dir)
+		}
 		// Entry index ends the log: a cut would change nothing, and
 		// reporting one (with a backup of the untouched tail) misleads.
 		return fmt.Errorf("wal %s: entry %d is the last, with nothing after it: %w", dir, index, ErrNothingToCut)
 	}
 	if err := backupSegments(dir, backupDir, segs[si:]); err != nil {
+		return err
+	}
+	// TAIL names the segment that ends the log once cut, before anything
+	// is removed: a crash midway leaves a log that opens (TAIL naming a
+	// segment still there), not one refused as missing its tail.
+	newTail := seg.index
+	if off == 0 && si > 0 {
+		newTail = segs[si-1].index
+	}
+	if err := writeTailMark(dir, newTail); err != nil {
 		return err
 	}
 	// Delete later segments from the last, then cut this one, so a crash
@@ -712,7 +738,10 @@ func repairTruncateBefore(dir string, index uint64, backupDir string, dropUnloca
 	if at >= 0 && v1BeforeAt && !countOK {
 		at = -1 // placed by a count that is off: located below, or refused
 	}
-	var kept []byte
+	var (
+		kept    []byte
+		restart bool // index is past the end: the log restarts at it
+	)
 	located := at >= 0
 	if located {
 		kept = data[at:]
@@ -786,6 +815,7 @@ func repairTruncateBefore(dir string, index uint64, backupDir string, dropUnloca
 		kept = data[off:]
 	default:
 		// Past the end: everything goes, and the log restarts at index.
+		restart = true
 		si = len(segs) - 1
 		unlocated = int64(len(data) - framed)
 		// No valid frame past the damage carries index or later (see
@@ -801,6 +831,21 @@ func repairTruncateBefore(dir string, index uint64, backupDir string, dropUnloca
 	}
 	if err := backupSegments(dir, backupDir, segs[:si+1]); err != nil {
 		return 0, err
+	}
+	if restart {
+		// The log restarts at index: its tail is the segment startAt
+		// makes, whatever TAIL named before (a log that lost its newest
+		// segments, which a snapshot past them holds, is repaired so).
+		// Named first: a crash midway leaves the old log, which a restart
+		// then refuses as missing its tail, and which a second run of the
+		// repair cuts (named after, a crash would leave the new log
+		// refused, and a second run with nothing to cut).
+		if err := writeTailMark(dir, index); err != nil {
+			return 0, err
+		}
+		if err := syncDir(dir); err != nil {
+			return 0, err
+		}
 	}
 	return unlocated, startAt(dir, index, kept, segs[:si+1], crashPoint)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/kvidx/kvidx/internal/snaptest"
 	"github.com/kvidx/kvidx/recovery"
 	"github.com/kvidx/kvidx/snapshot"
+	"github.com/kvidx/kvidx/wal"
 )
 
 // For each directory shape, recover --dry-run's plan (with and without
@@ -57,6 +58,11 @@ func TestDryRunAgreesWithOpenTable(t *testing.T) {
 		{"first segment gone newest damaged", func(t *testing.T, dir string) func() {
 			os.Remove(filepath.Join(dir, "wal", "00000000000000000031"))
 			os.Truncate(snap(dir, 50), 100)
+			return nil
+		}},
+		{"last segment gone", func(t *testing.T, dir string) func() {
+			os.WriteFile(filepath.Join(dir, "wal", wal.TailMarkName), []byte("60\n"), 0o644)
+			os.Remove(filepath.Join(dir, "wal", "00000000000000000060"))
 			return nil
 		}},
 		{"wal gone", func(t *testing.T, dir string) func() { os.RemoveAll(filepath.Join(dir, "wal")); return nil }},

@@ -45,7 +45,10 @@ those entries were acknowledged. This command is the operator's explicit cut:
 --truncate-after INDEX removes every entry after INDEX, damaged or not: pick
 INDEX just before the damaged entry the error names. The entries removed are
 lost. It refuses when a snapshot is newer than INDEX (the log would end before
-it, and kvidx would refuse to start): then use --truncate-before.
+it, and kvidx would refuse to start): then use --truncate-before. A log whose
+newest segment files are missing (wal/TAIL names a segment that is gone, and a
+restart refuses) is accepted as it is with INDEX = its last entry, which the
+refusal names.
 
 --truncate-before INDEX removes every entry before INDEX, damaged or not, when
 a snapshot of DATA_DIR at WAL index INDEX-1 or later holds them: nothing
@@ -117,8 +120,15 @@ directory must not be open in a running kvidx (the command takes its lock).`,
 						"use --truncate-before %d to drop the entries that snapshot holds instead, or move the snapshot out of %s first",
 						filepath.Base(f.Path), f.Index, after, f.Index+1, filepath.Dir(f.Path))
 				}
+				_, ierr := wal.Inspect(dir)
+				var lost *wal.MissingTailError
+				errors.As(ierr, &lost)
 				if err := wal.RepairTruncateAfter(dir, after, backup); err != nil {
 					return fmt.Errorf("wal repair: %w", err)
+				}
+				if lost != nil && after == lost.LastEntry {
+					_, err = fmt.Fprintf(out, "%s: the loss of the missing segments (entries from %d on) is accepted: the log ends at entry %d; nothing else was cut\n", dir, after+1, after)
+					return err
 				}
 				_, err = fmt.Fprintf(out, "cut %s after entry %d; what was cut is kept in %s\n", dir, after, backup)
 				return err

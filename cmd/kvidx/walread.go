@@ -243,11 +243,11 @@ them stops at: 0 means every entry in the range is readable.`,
 			if err != nil {
 				return &exitError{code: 1, err: fmt.Errorf("wal stat: %w", recovery.DamageErr(args[0], err))}
 			}
-			if n := len(st.Damage) + len(st.Gaps); n > 0 {
+			if len(st.Damage)+len(st.Gaps) > 0 {
 				// Open reads only the last segment, so it succeeds; a replay
 				// through the damage does not, which is what an operator
 				// checking the log before a restart needs to know.
-				return &exitError{code: 1, err: fmt.Errorf("wal stat: %s: %d damaged entries or gaps (listed above): the log opens, but a replay that reaches them stops there (kvidx recover --dry-run tells whether a restart does)", dir, n)}
+				return &exitError{code: 1, err: fmt.Errorf("wal stat: %s: damaged entries or gaps (listed above): the log opens, but a replay that reaches them stops there (kvidx recover --dry-run tells whether a restart does: one that starts from a snapshot past them does not)", dir)}
 			}
 			return nil
 		},

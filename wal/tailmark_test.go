@@ -1,0 +1,151 @@
+package wal
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// segmentedLog writes entries 1..n to a new log in dir with small segments
+// and closes it, returning its segments.
+func segmentedLog(t *testing.T, dir string, n int) []segFile {
+	t.Helper()
+	o := quietOpts()
+	o.SegmentSize = 256
+	l := mustOpen(t, dir, o)
+	appendN(t, l, 1, n)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	segs, err := listSegments(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(segs) < 4 {
+		t.Fatalf("segments %v: the test needs four", segs)
+	}
+	return segs
+}
+
+// A log whose newest segment files are gone opens as a shorter log unless
+// something records its end: TAIL does, and Open, Inspect and Scan refuse
+// it, naming the missing segment and the cut that accepts the loss.
+func TestMissingTailRefused(t *testing.T) {
+	for _, drop := range []int{1, 2} {
+		t.Run(strings.Repeat("last ", drop), func(t *testing.T) {
+			dir := t.TempDir()
+			segs := segmentedLog(t, dir, 60)
+			for _, s := range segs[len(segs)-drop:] {
+				if err := os.Remove(filepath.Join(dir, s.name)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			left := segs[len(segs)-drop-1]
+			lastEntry := segs[len(segs)-drop].index - 1
+			missing := segs[len(segs)-1].name
+
+			_, err := Open(dir, quietOpts())
+			var mt *MissingTailError
+			if !errors.As(err, &mt) || !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("open: %v, want a MissingTailError", err)
+			}
+			if mt.LastEntry != lastEntry || mt.LastSegment != left.index || !strings.Contains(err.Error(), missing) {
+				t.Fatalf("open: %+v (%v), want last entry %d, last segment %s, naming %s", mt, err, lastEntry, left.name, missing)
+			}
+			lay, ierr := Inspect(dir)
+			if !errors.As(ierr, &mt) || len(lay.Gaps) != 1 || lay.LastIndex != lastEntry {
+				t.Fatalf("inspect: %v, gaps %v, last %d: want the same refusal, listed as a gap", ierr, lay.Gaps, lay.LastIndex)
+			}
+			var n uint64
+			if _, serr := Scan(dir, 0, 0, func(Entry) error { n++; return nil }); !errors.As(serr, &mt) || n != lastEntry {
+				t.Fatalf("scan: %v after %d entries, want the refusal after %d", serr, n, lastEntry)
+			}
+
+			// The way out the refusal names: a cut after the last entry,
+			// which has nothing to cut but accepts the loss.
+			if err := RepairTruncateAfter(dir, mt.LastEntry, t.TempDir()); err != nil {
+				t.Fatalf("repair: %v", err)
+			}
+			l := mustOpen(t, dir, nil)
+			defer l.Close()
+			if last, _ := l.LastIndex(); last != lastEntry {
+				t.Fatalf("last index after the repair %d, want %d", last, lastEntry)
+			}
+			appendN(t, l, int(lastEntry)+1, int(lastEntry)+1)
+		})
+	}
+}
+
+// The ways a log legitimately ends sooner or starts later keep TAIL
+// right: a cut after an entry of an earlier segment, a restart past the end,
+// TruncateFront renaming the tail segment, and a tail segment that lost its
+// entries (a power loss before their fsync, when none was acknowledged).
+func TestTailMarkFollowsLegitimateChanges(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(t *testing.T, dir string, segs []segFile)
+	}{
+		{"cut after an entry of the first segment", func(t *testing.T, dir string, segs []segFile) {
+			if err := RepairTruncateAfter(dir, segs[1].index-2, t.TempDir()); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"cut after the last entry of a segment", func(t *testing.T, dir string, segs []segFile) {
+			if err := RepairTruncateAfter(dir, segs[2].index-1, t.TempDir()); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"restart past the end", func(t *testing.T, dir string, segs []segFile) {
+			if _, err := RepairTruncateBefore(dir, 100, t.TempDir(), false); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"truncate front into the tail segment", func(t *testing.T, dir string, segs []segFile) {
+			l := mustOpen(t, dir, nil)
+			last, _ := l.LastIndex()
+			if err := l.TruncateFront(last); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"tail segment emptied", func(t *testing.T, dir string, segs []segFile) {
+			if err := os.Truncate(filepath.Join(dir, segs[len(segs)-1].name), 0); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			segs := segmentedLog(t, dir, 60)
+			tt.change(t, dir, segs)
+			if _, err := Inspect(dir); err != nil {
+				t.Fatalf("inspect: %v", err)
+			}
+			l := mustOpen(t, dir, nil)
+			last, _ := l.LastIndex()
+			appendN(t, l, int(last)+1, int(last)+1)
+			l.Close()
+		})
+	}
+}
+
+// A directory written before TAIL existed has none: nothing is checked
+// until the first open records the tail segment.
+func TestTailMarkAbsent(t *testing.T) {
+	dir := t.TempDir()
+	segs := segmentedLog(t, dir, 60)
+	if err := os.Remove(filepath.Join(dir, TailMarkName)); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(filepath.Join(dir, segs[len(segs)-1].name))
+	l := mustOpen(t, dir, nil)
+	l.Close()
+	if mark, err := readTailMark(dir); err != nil || mark != segs[len(segs)-2].index {
+		t.Fatalf("TAIL after open: %d, %v, want %d", mark, err, segs[len(segs)-2].index)
+	}
+}
