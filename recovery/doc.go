@@ -6,7 +6,8 @@
 //
 //	DATA_DIR/FORMAT       "kvidx-data 2\n"; a newer format is refused, a
 //	                      format 1 directory upgraded in place when opened
-//	DATA_DIR/wal/         the write-ahead log (package wal), and its LOCK
+//	DATA_DIR/wal/         the write-ahead log (package wal), its LOCK, and
+//	                      TAIL, the newest segment written
 //	DATA_DIR/snapshots/   snapshots (package snapshot), newest K kept
 //
 // One process owns a data directory: [Open] first takes the WAL directory's

@@ -81,6 +81,11 @@
 // damage, losing what follows, or before it, when a snapshot holds what
 // precedes); they keep a copy of what they remove.
 //
+// A log that lost its last segment files reads as a shorter log, so the
+// directory's TAIL file names the newest segment written (rewritten at each
+// rollover, durable before any entry in that segment is acknowledged), and
+// Open refuses a log whose segments end before it ([MissingTailError]).
+//
 // # Read-only access
 //
 // [Inspect] and [Scan] read a log directory for inspection tools without
