@@ -87,6 +87,16 @@ func (d Damage) String() string {
 	return fmt.Sprintf("segment %s offset %d: entry %d: %s", d.Segment, d.Offset, d.Index, d.Desc)
 }
 
+// Err is what is wrong, as an error that matches [ErrCorrupt] (for an
+// [EntryError]); Desc often says "wal corrupt" already, and wrapping it
+// again repeated it.
+func (d Damage) Err() error { return damageDesc(d.Desc) }
+
+type damageDesc string
+
+func (d damageDesc) Error() string      { return string(d) }
+func (damageDesc) Is(target error) bool { return target == ErrCorrupt }
+
 // resolveSegments returns the segments tidwall/wal would use after finishing
 // an interrupted truncation, the ones it would delete, and the pending
 // .START/.END file name.

@@ -97,44 +97,6 @@ func refusalText(dir string, err error) string {
 	return err.Error()
 }
 
-// sanitize replaces the data directory's path in a message by DATA_DIR,
-// so reports do not depend on where the directory is. Only the path as a
-// whole is replaced: it must start the message or follow a space, quote,
-// parenthesis or '=', and end it or be followed by a path separator,
-// punctuation or a flag (" --"). A plain replacement turned a directory
-// named "wal" into "kvidx DATA_DIR repair", and one named "x" into "at
-// WAL indeDATA_DIR 31", in the very repair command the report tells the
-// operator to run.
-func sanitize(msg, dir string) string {
-	if dir == "" {
-		return msg
-	}
-	dir = filepath.Clean(dir)
-	var b strings.Builder
-	done := 0 // msg[:done] is written to b
-	for from := 0; ; {
-		i := strings.Index(msg[from:], dir)
-		if i < 0 {
-			break
-		}
-		i += from
-		end := i + len(dir)
-		from = end
-		if (i == 0 || strings.IndexByte(" \t\"'(=", msg[i-1]) >= 0) && pathEnds(msg[end:]) {
-			b.WriteString(msg[done:i])
-			b.WriteString("DATA_DIR")
-			done = end
-		}
-	}
-	b.WriteString(msg[done:])
-	return b.String()
-}
-
-// pathEnds reports whether a path in a message ends where rest begins.
-func pathEnds(rest string) bool {
-	return rest == "" || rest[0] == filepath.Separator || strings.IndexByte(":;,)\"'\n", rest[0]) >= 0 || strings.HasPrefix(rest, " --")
-}
-
 // planRecovery finds, read-only, what recovery.Open would do with dir. With
 // load, the chosen snapshot is loaded (snapshot.Load, as a restart does) and
 // returned; otherwise candidates are checked with Reader.Verify only. Either
@@ -216,7 +178,7 @@ func planRecoveryRead(ctx context.Context, dir string, load bool, progress io.Wr
 		return p, nil, nil
 	}
 	if lerr != nil {
-		w.OpenRefusal = sanitize(refusalText(dir, lerr), dir)
+		w.OpenRefusal = refusalText(dir, lerr)
 		p.Refusal = "the WAL cannot be opened: " + w.OpenRefusal
 		return p, nil, nil
 	}
@@ -248,14 +210,14 @@ func planRecoveryRead(ctx context.Context, dir string, load bool, progress io.Wr
 		// Published after the WAL was read, or the WAL really lost its end:
 		// reading again tells.
 		*raced = true
-		p.Refusal = sanitize(recovery.WALBehindSnapshot(dir, snaps[0], last), dir)
+		p.Refusal = recovery.WALBehindSnapshot(dir, snaps[0], last)
 		return p, nil, nil
 	}
 	var ix *engine.Index
 	for _, f := range snaps {
 		name := filepath.Base(f.Path)
 		skip := func(reason string) {
-			p.Skipped = append(p.Skipped, skipped{File: name, Index: f.Index, Reason: sanitize(reason, dir)})
+			p.Skipped = append(p.Skipped, skipped{File: name, Index: f.Index, Reason: reason})
 		}
 		if f.Index+1 < contig {
 			reason := fmt.Sprintf("the WAL does not reach back to it: entries %d..%d are needed", f.Index+1, contig-1)
@@ -322,7 +284,7 @@ func planRecoveryRead(ctx context.Context, dir string, load bool, progress io.Wr
 		for i, g := range lay.Gaps {
 			spans[i] = recovery.Span{From: g.From, To: g.To}
 		}
-		p.Refusal = sanitize(recovery.NoSnapshotRefusal(dir, all, first, last, contig, spans), dir)
+		p.Refusal = recovery.NoSnapshotRefusal(dir, all, first, last, contig, spans)
 		return p, nil, nil
 	}
 	if from <= last {
@@ -330,8 +292,8 @@ func planRecoveryRead(ctx context.Context, dir string, load bool, progress io.Wr
 		for _, d := range lay.Damage {
 			if d.Index >= from && d.Index <= last {
 				// With the repair a restart's refusal names.
-				ee := &wal.EntryError{Dir: p.walDir, Segment: d.Segment, Offset: d.Offset, Entry: d.Index, Err: fmt.Errorf("%s: %w", d.Desc, wal.ErrCorrupt)}
-				p.Refusal = "replay would fail: " + sanitize(recovery.DamageRefusal(dir, ee), dir)
+				ee := &wal.EntryError{Dir: p.walDir, Segment: d.Segment, Offset: d.Offset, Entry: d.Index, Err: d.Err()}
+				p.Refusal = "replay would fail: " + recovery.DamageRefusal(dir, ee)
 				return p, nil, nil
 			}
 		}

@@ -114,7 +114,7 @@ one (offline compaction), then closes and prints the recovery report.`,
 				row("snapshot loaded", "none (full WAL replay)")
 			}
 			for _, sk := range rep.SnapshotsSkipped {
-				row("snapshot skipped", fmt.Sprintf("%s: %s", filepath.Base(sk.Path), sanitize(sk.Reason, dataDir)))
+				row("snapshot skipped", fmt.Sprintf("%s: %s", filepath.Base(sk.Path), sk.Reason))
 			}
 			for _, t := range rep.TempFilesRemoved {
 				row("temp file removed", filepath.Base(t))

@@ -228,7 +228,7 @@ them stops at: 0 means every entry in the range is readable.`,
 				st.Damage = append(st.Damage, d.String())
 			}
 			if err != nil {
-				st.OpenRefusal = sanitize(refusalText(args[0], err), args[0])
+				st.OpenRefusal = refusalText(args[0], err)
 			}
 			out := cmd.OutOrStdout()
 			var werr error
