@@ -23,10 +23,14 @@ import (
 // answers: a status line, headers with Content-Length, a body.
 type loadConn struct {
 	addr, host string
-	conn       net.Conn
-	r          *bufio.Reader
-	req        []byte
-	body       []byte // the last answer's body, reused
+	// limit, when set, is the latest deadline of any post: a run's end
+	// plus a grace, so that a server that stops answering cannot hold the
+	// run a postTimeout past its --duration.
+	limit time.Time
+	conn  net.Conn
+	r     *bufio.Reader
+	req   []byte
+	body  []byte // the last answer's body, reused
 }
 
 // loadTarget checks a base URL ("http://host:port") and returns the address
@@ -80,7 +84,11 @@ func (c *loadConn) post(path string, body []byte) (answer, error) {
 		}
 	}
 	// A server that stops answering fails the run instead of hanging it.
-	if err := c.conn.SetDeadline(time.Now().Add(postTimeout)); err != nil {
+	deadline := time.Now().Add(postTimeout)
+	if !c.limit.IsZero() && c.limit.Before(deadline) {
+		deadline = c.limit
+	}
+	if err := c.conn.SetDeadline(deadline); err != nil {
 		c.close()
 		return answer{}, err
 	}

@@ -81,6 +81,10 @@ type LoadOptions struct {
 	Posters int
 	// Duration bounds the run; default 30s.
 	Duration time.Duration
+	// EndGrace is how long past Duration a post may still take (a request
+	// in flight finishes, the queued events are posted); default 10s. A
+	// server that stops answering fails the run by then.
+	EndGrace time.Duration
 	// Progress, if not nil, is called once a second during the run with
 	// the requests matched so far and in all.
 	Progress workload.ProgressFunc
@@ -99,6 +103,9 @@ func (o LoadOptions) withDefaults() (LoadOptions, error) {
 	}
 	if o.Duration == 0 {
 		o.Duration = 30 * time.Second
+	}
+	if o.EndGrace == 0 {
+		o.EndGrace = 10 * time.Second
 	}
 	switch {
 	case o.Concurrency < 1:
@@ -189,7 +196,9 @@ func LoadGen(ctx context.Context, target string, trace *workload.Trace, cfg work
 		queues[p] = make(chan queued, maxQueued*clients)
 		feeding[p].Add(clients)
 		wg.Go(func() {
-			posters[p] = postEvents(ctx, newLoadConn(addr, host), queues[p])
+			conn := newLoadConn(addr, host)
+			conn.limit = stop.Add(opts.EndGrace)
+			posters[p] = postEvents(ctx, conn, queues[p])
 			if posters[p].err != nil {
 				cancel()
 			}
@@ -200,7 +209,9 @@ func LoadGen(ctx context.Context, target string, trace *workload.Trace, cfg work
 		p := c % opts.Posters
 		wg.Go(func() {
 			defer feeding[p].Done()
-			matchers[c] = matchRequests(ctx, c, newLoadConn(addr, host), perClient[c], queues[p], stop, &matched)
+			conn := newLoadConn(addr, host)
+			conn.limit = stop.Add(opts.EndGrace)
+			matchers[c] = matchRequests(ctx, c, conn, perClient[c], queues[p], stop, &matched)
 			if matchers[c].err != nil {
 				cancel()
 			}
@@ -309,7 +320,7 @@ func matchRequests(ctx context.Context, client int, conn *loadConn, reqs []loadR
 		t0 := time.Now()
 		a, err := conn.post("/v1/match", lr.match)
 		if err == nil && a.status != http.StatusOK {
-			err = fmt.Errorf("status %d: %s", a.status, bytes.TrimSpace(a.body))
+			err = statusError(a)
 		}
 		if err != nil {
 			res.err = fmt.Errorf("request %d: match: %w", i, err)
@@ -372,7 +383,7 @@ func postEvents(ctx context.Context, conn *loadConn, queue <-chan queued) (res c
 				continue
 			}
 			if err == nil && a.status != http.StatusOK {
-				err = fmt.Errorf("status %d: %s", a.status, bytes.TrimSpace(a.body))
+				err = statusError(a)
 			}
 			if err != nil {
 				res.err = fmt.Errorf("events of %d requests (the first: request %d of client %d): %w", len(batch), batch[0].i, batch[0].client, err)
@@ -399,4 +410,16 @@ func percentiles(ds []time.Duration) (p50, p99 time.Duration) {
 	slices.Sort(ds)
 	at := func(p float64) time.Duration { return ds[min(len(ds)-1, int(p*float64(len(ds))))] }
 	return at(0.50), at(0.99)
+}
+
+// statusError is an unexpected answer as an error: its status and the start
+// of its body (another server's whole HTML page made an error of hundreds
+// of lines).
+func statusError(a answer) error {
+	body := bytes.TrimSpace(a.body)
+	const most = 200
+	if len(body) > most {
+		return fmt.Errorf("status %d: %s... (%d bytes; is the target a kvidx node?)", a.status, body[:most], len(body))
+	}
+	return fmt.Errorf("status %d: %s", a.status, body)
 }

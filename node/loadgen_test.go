@@ -2,7 +2,10 @@ package node
 
 import (
 	"context"
+	"net"
 	"os"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,5 +27,53 @@ func TestLoadGenFigures(t *testing.T) {
 	t.Log(rep)
 	if err := stop(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A target that accepts connections but never answers fails the run soon
+// after its duration, not a minute of postTimeout later (found by a README
+// drill: --duration 3s still ran after 30 s), and another server's long
+// answer is cut short in the error.
+func TestLoadGenSilentTarget(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var conns []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c) // held open, never answered
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	}()
+	cfg := workload.DefaultConfig()
+	cfg.Duplicate = 1
+	start := time.Now()
+	_, err = LoadGen(context.Background(), "http://"+ln.Addr().String(), embeddedTrace(t), cfg,
+		LoadOptions{Concurrency: 2, Duration: 200 * time.Millisecond, EndGrace: 300 * time.Millisecond})
+	if err == nil || time.Since(start) > 20*time.Second {
+		t.Fatalf("LoadGen against a silent target: %v after %v, want an error soon after the duration", err, time.Since(start))
+	}
+}
+
+func TestStatusErrorCutsLongBodies(t *testing.T) {
+	page := "<!DOCTYPE HTML>" + strings.Repeat("<p>not kvidx</p>\n", 100)
+	msg := statusError(answer{status: 501, body: []byte(page)}).Error()
+	if len(msg) > 400 || !strings.Contains(msg, "status 501") || !strings.Contains(msg, "is the target a kvidx node?") {
+		t.Fatalf("error of %d bytes: %q", len(msg), msg)
 	}
 }

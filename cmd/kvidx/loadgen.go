@@ -34,7 +34,8 @@ func newLoadgenCmd() *cobra.Command {
 		Long: `Loadgen pre-generates the Mooncake workload (the same fleet simulation as
 kvidx bench: --workers LRU caches of --capacity blocks, each trace record
 repeated --duplicate times), then replays it against --target until the
-workload or --duration runs out.
+workload or --duration runs out (posts in flight then, and the events still
+queued, get 10 s more: a server that stops answering fails the run).
 
 --concurrency match clients share the workers. Each walks its workers'
 requests in order: a POST /v1/match with the request's local hashes, then
@@ -53,8 +54,10 @@ generated before the run, in memory: about 4 KB per request (--duplicate
 160, 639k requests, takes 2.6 GB and half a minute); more than 2M requests
 are refused.
 
-The target must start empty of these workers (e.g. a fresh data directory),
-or events will be rejected.`,
+The target must start empty of these workers (e.g. a fresh data directory):
+on an index that already holds the workload, its stores are duplicates
+(counted in the server's duplicate_store counter, not as rejected) and its
+matches score against more than the workload built, which skews the figures.`,
 		Example: `  kvidx serve --data-dir /tmp/kvidx-load &
   kvidx loadgen --target http://127.0.0.1:8585 --concurrency 16 --duration 30s`,
 		Args: cobra.NoArgs,

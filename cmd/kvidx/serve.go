@@ -337,7 +337,12 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		srv.GoSource(src.Run)
 	}
 	if ctx.Err() == nil { // else the shutdown has begun
-		log.Info("ready", "data_dir", f.dataDir, "listen", ln.Addr().String(), "snapshot", rep.SnapshotUsed.Path,
+		msg := "ready"
+		if len(specs) > 0 || f.natsURL != "" {
+			// Not ready for a router until the sources connect.
+			msg = "index recovered; /readyz answers ready once the sources connect"
+		}
+		log.Info(msg, "data_dir", f.dataDir, "listen", ln.Addr().String(), "snapshot", rep.SnapshotUsed.Path,
 			"replayed_entries", rep.ReplayedEntries, "recovery", rep.Duration)
 	}
 	runErr := <-served // Run has stopped the sources: the store can close

@@ -29,6 +29,11 @@ func CheckURL(s string) error {
 		if err != nil {
 			return fmt.Errorf("URL %q: %w", u, err)
 		}
+		switch pu.Scheme {
+		case "nats", "tls", "ws", "wss":
+		default:
+			return fmt.Errorf("URL %q: scheme %q: want nats://, tls://, ws:// or wss:// (a NATS server, not its HTTP monitoring port)", u, pu.Scheme)
+		}
 		if pu.Hostname() == "" {
 			return fmt.Errorf("URL %q: no host (want e.g. nats://127.0.0.1:4222)", u)
 		}

@@ -3,12 +3,12 @@ package jetstream
 import "testing"
 
 func TestChecks(t *testing.T) {
-	for _, u := range []string{"nats://127.0.0.1:4222", "127.0.0.1:4222", "nats://h", "tls://a:1, nats://b:2", "nats://[::1]:4222"} {
+	for _, u := range []string{"nats://127.0.0.1:4222", "127.0.0.1:4222", "nats://h", "tls://a:1, nats://b:2", "nats://[::1]:4222", "ws://h:8080", "wss://h"} {
 		if err := CheckURL(u); err != nil {
 			t.Errorf("CheckURL(%q): %v", u, err)
 		}
 	}
-	for _, u := range []string{"", " ", ",", "nats://h:x", "nats://h:0", "nats://h:70000", "nats://:4222", "nats://a:1,nats://b:y"} {
+	for _, u := range []string{"", " ", ",", "nats://h:x", "nats://h:0", "nats://h:70000", "nats://:4222", "nats://a:1,nats://b:y", "http://127.0.0.1:4222", "nats://a:1,https://b:2"} {
 		if err := CheckURL(u); err == nil {
 			t.Errorf("CheckURL(%q): want an error", u)
 		}
