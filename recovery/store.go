@@ -565,7 +565,12 @@ func missingTailRefusal(dataDir string, mt *wal.MissingTailError) string {
 				break
 			}
 			if m, why := Misnamed(f); why == "" || m > mt.LastEntry {
-				return mt.Where() + "; " + WALBehindSnapshot(dataDir, f, mt.LastEntry)
+				held := f.Index
+				if why != "" {
+					held = m
+				}
+				return fmt.Sprintf("%s; %s; or, if they are gone for good: %s (the entries after %d that the missing segments held are lost)",
+					mt.Where(), wal.PutBack, WALBehindSnapshot(dataDir, f, mt.LastEntry), held)
 			}
 		}
 	}

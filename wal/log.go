@@ -305,6 +305,9 @@ func (l *Log) open() error {
 		return err
 	}
 	l.torn = torn
+	if err := checkTailBeforeOpen(l.dir); err != nil {
+		return err
+	}
 	tw, err := twal.Open(l.dir, &twal.Options{
 		NoSync:           true, // Log syncs per its policy
 		SegmentSize:      l.opts.SegmentSize,
@@ -322,7 +325,7 @@ func (l *Log) open() error {
 		tw.Close()
 		return fmt.Errorf("wal %s: %w", l.dir, err)
 	}
-	if err := l.checkTail(last); err != nil {
+	if err := l.recordTail(); err != nil {
 		tw.Close()
 		return err
 	}

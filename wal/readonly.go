@@ -182,9 +182,17 @@ func walk(dir string, from, to uint64, fn func(Entry) error) (Layout, error) {
 		// is preallocated: see prealloc.go): damage followed by valid
 		// entries. The writer fills the hole, so read again a few times
 		// before reporting damage.
+		//
+		// TAIL is read before the listing, but a listing of a big
+		// directory takes several system calls, between which
+		// TruncateFront can rename the tail segment: it may miss both
+		// names and read as a missing tail. Read again before refusing.
 		again := vanished
-		var de *DamageError
-		if !again && errors.As(err, &de) && rereads < 3 {
+		var (
+			de *DamageError
+			mt *MissingTailError
+		)
+		if !again && (errors.As(err, &de) || errors.As(err, &mt)) && rereads < 3 {
 			rereads++
 			time.Sleep(10 * time.Millisecond)
 			again = true
@@ -397,7 +405,9 @@ func walkOnce(dir string, from, to uint64, fn func(Entry) error) (lay Layout, va
 		}
 		lay.Segments = append(lay.Segments, info)
 	}
-	if err := missingTail(&lay, dir, mark, segs); err != nil && scanErr == nil {
+	if err := missingTail(&lay, dir, mark, segs); err != nil && scanErr == nil && (fn == nil || to > lay.LastIndex) {
+		// A scan whose range ends before the missing entries read all
+		// it was asked for, as with damage after its range.
 		scanErr = err
 	}
 	return lay, false, passed, scanErr

@@ -321,6 +321,14 @@ func RepairTruncateAfter(dir string, index uint64, backupDir string) (err error)
 		}
 	}
 	if len(segs) == 0 {
+		if mark, err := readTailMark(dir); err == nil && mark > 0 && index == 0 {
+			// Every segment file is gone (see MissingTailError): the
+			// cut after 0 accepts it, and the log starts anew.
+			if err := os.Remove(filepath.Join(dir, TailMarkName)); err != nil {
+				return fmt.Errorf("wal %s: %w", dir, err)
+			}
+			return syncDir(dir)
+		}
 		return fmt.Errorf("wal %s: no segments", dir)
 	}
 	// An index past the last whole entry is a mistake, not damage (the
@@ -664,6 +672,10 @@ func repairTruncateBefore(dir string, index uint64, backupDir string, dropUnloca
 		// index: nothing to back up or remove.
 		if index == 0 {
 			return 0, fmt.Errorf("wal %s: index 0: WAL indexes start at 1", dir)
+		}
+		// The new log's tail, whatever TAIL named (see restart below).
+		if err := writeTailMark(dir, index); err != nil {
+			return 0, err
 		}
 		return 0, startAt(dir, index, nil, nil, crashPoint)
 	}

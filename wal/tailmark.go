@@ -62,7 +62,9 @@ func readTailMark(dir string) (uint64, error) {
 // MissingTailError is the refusal of a log whose newest segment files are
 // gone: TAIL names segment Mark, but the segments found end with one that
 // starts at LastSegment (0: none found), their last entry being LastEntry.
-// It matches [ErrCorrupt].
+// It matches [ErrCorrupt]. Segment Mark may have held no entry yet (a
+// rollover makes the next segment as soon as one fills), so the message
+// says what may be lost, not what is.
 type MissingTailError struct {
 	Dir         string
 	Mark        uint64
@@ -76,15 +78,23 @@ func (e *MissingTailError) Error() string {
 
 // Where is the message's account of the loss alone, without the way out.
 func (e *MissingTailError) Where() string {
-	return fmt.Sprintf("wal %s: segment %020d is missing: the log wrote entries to it (%s names it as the newest segment), "+
-		"but the segment files found end with entry %d, so entries from %d on are gone, acknowledged ones among them "+
-		"(deleted by hand, or left out of a copy?)", e.Dir, e.Mark, TailMarkName, e.LastEntry, max(e.LastEntry+1, 1))
+	if e.LastSegment == 0 {
+		return fmt.Sprintf("wal %s: no segment file is left, but the log had written segment %020d (%s names it as the newest): "+
+			"the entries the missing segments held are gone, acknowledged ones among them (deleted by hand, or left out of a copy?)",
+			e.Dir, e.Mark, TailMarkName)
+	}
+	return fmt.Sprintf("wal %s: segment %020d is missing: the log had written it (%s names it as the newest segment), "+
+		"but the segment files found end with entry %d, so the entries after it that the missing segments held are gone, "+
+		"acknowledged ones among them (deleted by hand, or left out of a copy?)", e.Dir, e.Mark, TailMarkName, e.LastEntry)
 }
 
-// Refusal is the message with its way out, naming dataDir.
+// PutBack is the way out that loses nothing.
+const PutBack = "put the missing segment files back, and nothing is lost"
+
+// Refusal is the message with its ways out, naming dataDir.
 func (e *MissingTailError) Refusal(dataDir string) string {
-	return e.Where() + fmt.Sprintf("; put the missing segment files back, or, to go on without those entries, stop kvidx and run "+
-		"kvidx wal repair %s --truncate-after %d --yes", dataDir, e.LastEntry)
+	return e.Where() + fmt.Sprintf("; %s; or, to go on without those entries, stop kvidx and run "+
+		"kvidx wal repair %s --truncate-after %d --yes", PutBack, dataDir, e.LastEntry)
 }
 
 func (e *MissingTailError) Unwrap() error { return ErrCorrupt }
@@ -105,12 +115,38 @@ func checkTail(dir string, mark uint64, segs []segFile, lastEntry uint64) error 
 	return &MissingTailError{Dir: dir, Mark: mark, LastSegment: last, LastEntry: lastEntry}
 }
 
-// checkTail refuses, at open, a log whose newest segment is missing (last
-// is the last entry tidwall/wal found), and otherwise records the current
-// tail segment in TAIL when it names another (a directory of an older
-// kvidx, or a tail segment TruncateFront renamed). The caller fsyncs the
-// directory.
-func (l *Log) checkTail(last uint64) error {
+// checkTailBeforeOpen refuses a log whose newest segment is missing, before
+// tidwall/wal opens it (which makes a segment 1 in a directory left
+// without any). It sees the segments as tidwall/wal will, after an
+// interrupted truncation.
+func checkTailBeforeOpen(dir string) error {
+	mark, err := readTailMark(dir)
+	if err != nil || mark == 0 {
+		return err
+	}
+	all, err := listSegments(dir)
+	if err != nil {
+		return fmt.Errorf("wal %s: %w", dir, err)
+	}
+	segs, _, _, err := resolveSegments(all)
+	if err != nil || (len(segs) > 0 && mark <= segs[len(segs)-1].index) {
+		return nil // tidwall/wal's Open reports conflicting truncation files
+	}
+	var lastEntry uint64
+	if n := len(segs); n > 0 {
+		data, err := os.ReadFile(filepath.Join(dir, segs[n-1].name))
+		if err != nil {
+			return fmt.Errorf("wal %s: segment %s: %w", dir, segs[n-1].name, err)
+		}
+		lastEntry = segs[n-1].index + countEntries(inUse(data)) - 1
+	}
+	return checkTail(dir, mark, segs, lastEntry)
+}
+
+// recordTail records the log's tail segment in TAIL when it names another
+// (a directory of an older kvidx, or a tail segment TruncateFront
+// renamed). The caller fsyncs the directory.
+func (l *Log) recordTail() error {
 	mark, err := readTailMark(l.dir)
 	if err != nil {
 		return err
@@ -118,9 +154,6 @@ func (l *Log) checkTail(last uint64) error {
 	segs, err := listSegments(l.dir)
 	if err != nil {
 		return fmt.Errorf("wal %s: %w", l.dir, err)
-	}
-	if err := checkTail(l.dir, mark, segs, last); err != nil {
-		return err
 	}
 	if len(segs) == 0 || segs[len(segs)-1].index == mark {
 		return nil
