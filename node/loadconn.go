@@ -23,10 +23,12 @@ import (
 // answers: a status line, headers with Content-Length, a body.
 type loadConn struct {
 	addr, host string
-	// limit, when set, is the latest deadline of any post: a run's end
-	// plus a grace, so that a server that stops answering cannot hold the
-	// run a postTimeout past its --duration.
-	limit time.Time
+	// stop, when set, is the run's end, and grace how long a post may
+	// take from then, or from its start when it starts later: a server
+	// that stops answering cannot hold the run a postTimeout past its
+	// --duration, and one that answers slowly still drains.
+	stop  time.Time
+	grace time.Duration
 	conn  net.Conn
 	r     *bufio.Reader
 	req   []byte
@@ -84,9 +86,12 @@ func (c *loadConn) post(path string, body []byte) (answer, error) {
 		}
 	}
 	// A server that stops answering fails the run instead of hanging it.
-	deadline := time.Now().Add(postTimeout)
-	if !c.limit.IsZero() && c.limit.Before(deadline) {
-		deadline = c.limit
+	now := time.Now()
+	deadline := now.Add(postTimeout)
+	if !c.stop.IsZero() {
+		if late := later(c.stop, now).Add(c.grace); late.Before(deadline) {
+			deadline = late
+		}
 	}
 	if err := c.conn.SetDeadline(deadline); err != nil {
 		c.close()
@@ -188,4 +193,11 @@ func (c *loadConn) close() {
 		c.conn.Close()
 		c.conn = nil
 	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

@@ -81,9 +81,10 @@ type LoadOptions struct {
 	Posters int
 	// Duration bounds the run; default 30s.
 	Duration time.Duration
-	// EndGrace is how long past Duration a post may still take (a request
-	// in flight finishes, the queued events are posted); default 10s. A
-	// server that stops answering fails the run by then.
+	// EndGrace is how long a post may take once Duration has passed,
+	// counted from the end of Duration for a post in flight then, from its
+	// start for the later ones (the queued events are posted after the
+	// end); default 10s. A server that stops answering fails the run so.
 	EndGrace time.Duration
 	// Progress, if not nil, is called once a second during the run with
 	// the requests matched so far and in all.
@@ -197,7 +198,7 @@ func LoadGen(ctx context.Context, target string, trace *workload.Trace, cfg work
 		feeding[p].Add(clients)
 		wg.Go(func() {
 			conn := newLoadConn(addr, host)
-			conn.limit = stop.Add(opts.EndGrace)
+			conn.stop, conn.grace = stop, opts.EndGrace
 			posters[p] = postEvents(ctx, conn, queues[p])
 			if posters[p].err != nil {
 				cancel()
@@ -210,7 +211,7 @@ func LoadGen(ctx context.Context, target string, trace *workload.Trace, cfg work
 		wg.Go(func() {
 			defer feeding[p].Done()
 			conn := newLoadConn(addr, host)
-			conn.limit = stop.Add(opts.EndGrace)
+			conn.stop, conn.grace = stop, opts.EndGrace
 			matchers[c] = matchRequests(ctx, c, conn, perClient[c], queues[p], stop, &matched)
 			if matchers[c].err != nil {
 				cancel()

@@ -2,7 +2,9 @@ package node
 
 import (
 	"context"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -75,5 +77,35 @@ func TestStatusErrorCutsLongBodies(t *testing.T) {
 	msg := statusError(answer{status: 501, body: []byte(page)}).Error()
 	if len(msg) > 400 || !strings.Contains(msg, "status 501") || !strings.Contains(msg, "is the target a kvidx node?") {
 		t.Fatalf("error of %d bytes: %q", len(msg), msg)
+	}
+}
+
+// A server that answers every post, slowly, is not failed by the end of
+// the run's grace (found by review: one deadline for the post in flight and
+// the whole drain after it failed posts never sent).
+func TestLoadGenSlowServerDrains(t *testing.T) {
+	const grace = 500 * time.Millisecond
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/match", func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Write([]byte(`{"scores":[],"query_blocks":0}`))
+	})
+	mux.HandleFunc("/v1/events", func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		time.Sleep(grace * 6 / 10)
+		w.Write([]byte(`{}`))
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: mux}
+	go srv.Serve(ln)
+	defer srv.Close()
+	cfg := workload.DefaultConfig()
+	cfg.Duplicate = 1
+	if _, err := LoadGen(context.Background(), "http://"+ln.Addr().String(), embeddedTrace(t), cfg,
+		LoadOptions{Concurrency: 2, Posters: 1, Duration: time.Second, EndGrace: grace}); err != nil {
+		t.Fatal(err)
 	}
 }

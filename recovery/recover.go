@@ -381,7 +381,7 @@ func NoSnapshotRefusal(dataDir string, snaps []snapshot.File, first, last, conti
 			}
 			return fmt.Sprintf("no usable snapshot: the WAL after snapshot %s is not whole (entries %d..%d are missing or unreadable); "+
 				"if that snapshot is good, kvidx wal repair %s --truncate-after %d --yes drops entries %d..%d, which no replay can reach, and recovery then uses it",
-				filepath.Base(f.Path), g.From, g.To, dataDir, g.From-1, g.From, last)
+				filepath.Base(f.Path), g.From, g.To, wal.ShellArg(dataDir), g.From-1, g.From, last)
 		}
 		break
 	}
@@ -419,9 +419,9 @@ func WALBehindSnapshot(dataDir string, snap snapshot.File, last uint64) string {
 		// file must be named for its index first.
 		return fmt.Sprintf("snapshot %s is misnamed (%s), and the WAL ends at %d: acknowledged entries %d..%d are missing from the WAL; "+
 			"if that snapshot is good it holds them: rename it %s, then kvidx wal repair %s --truncate-before %d --yes (it verifies the snapshot first) makes the WAL continue after it",
-			filepath.Base(snap.Path), why, last, last+1, m, snapshot.FileName(m), dataDir, m+1)
+			filepath.Base(snap.Path), why, last, last+1, m, snapshot.FileName(m), wal.ShellArg(dataDir), m+1)
 	}
 	return fmt.Sprintf("snapshot %s is at WAL index %d but the WAL ends at %d: acknowledged entries %d..%d are missing from the WAL; "+
 		"if that snapshot is good it holds them, and kvidx wal repair %s --truncate-before %d --yes (it verifies the snapshot first) makes the WAL continue after it",
-		filepath.Base(snap.Path), snap.Index, last, last+1, snap.Index, dataDir, snap.Index+1)
+		filepath.Base(snap.Path), snap.Index, last, last+1, snap.Index, wal.ShellArg(dataDir), snap.Index+1)
 }

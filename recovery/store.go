@@ -549,7 +549,7 @@ func DamageRefusal(dataDir string, err error) string {
 	return fmt.Sprintf("%s; snapshot %s holds every entry up to %d, the damaged entry %d included: if it is good, "+
 		"%skvidx wal repair %s --truncate-before %d --yes drops the entries up to %d (it verifies that snapshot first) and loses nothing acknowledged "+
 		"(a cut after the damage would end the log before that snapshot, which kvidx refuses)",
-		where, filepath.Base(f.Path), index, entry, rename, dataDir, index+1, index)
+		where, filepath.Base(f.Path), index, entry, rename, wal.ShellArg(dataDir), index+1, index)
 }
 
 // missingTailRefusal explains a WAL that lost its newest segments (see

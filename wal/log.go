@@ -300,14 +300,16 @@ func Open(dir string, opts *Options) (*Log, error) {
 }
 
 func (l *Log) open() error {
+	// Refused before anything changes: a torn tail cut in what is left
+	// would turn the missing segments, put back, into a gap.
+	if err := checkTailBeforeOpen(l.dir); err != nil {
+		return err
+	}
 	torn, err := repairTail(l.dir, l.logger)
 	if err != nil {
 		return err
 	}
 	l.torn = torn
-	if err := checkTailBeforeOpen(l.dir); err != nil {
-		return err
-	}
 	tw, err := twal.Open(l.dir, &twal.Options{
 		NoSync:           true, // Log syncs per its policy
 		SegmentSize:      l.opts.SegmentSize,

@@ -250,6 +250,13 @@ func walkOnce(dir string, from, to uint64, fn func(Entry) error) (lay Layout, va
 			scanErr = fmt.Errorf("wal %s: "+format+": %w", append(append([]any{dir}, args...), ErrCorrupt)...)
 		}
 	}
+	// A damaged entry is an EntryError, as reading it from an open log
+	// gives, so that callers name the repair the same way.
+	failEntry := func(e *EntryError) {
+		if scanErr == nil {
+			scanErr = e
+		}
+	}
 	next := segs[0].index // index expected at the start of the next segment
 	files, err := openSegments(dir, segs)
 	if err != nil {
@@ -332,7 +339,7 @@ func walkOnce(dir string, from, to uint64, fn func(Entry) error) (lay Layout, va
 				d := Damage{Segment: s.name, Offset: int64(off), Index: index, Desc: ferr.Error()}
 				lay.Damage = append(lay.Damage, d)
 				if !last && !broken && inRange(index, index) {
-					fail("%s", d)
+					failEntry(&EntryError{Dir: dir, Segment: s.name, Offset: int64(off), Entry: index, Err: d.Err()})
 				}
 			} else {
 				// An entry of an earlier segment that the next one
@@ -352,7 +359,10 @@ func walkOnce(dir string, from, to uint64, fn func(Entry) error) (lay Layout, va
 				if fn != nil && scanErr == nil && !broken && index >= from && index <= to && (good < 0 || !last) {
 					events, positions, derr := decodeEntry(p, index)
 					if derr != nil {
-						fail("segment %s offset %d: entry %d: %v", s.name, off, index, derr)
+						if !errors.Is(derr, ErrCorrupt) {
+							derr = fmt.Errorf("%w: %w", ErrCorrupt, derr)
+						}
+						failEntry(&EntryError{Dir: dir, Segment: s.name, Offset: int64(off), Entry: index, Err: derr})
 					} else if ferr := fn(Entry{Index: index, Events: events, Positions: positions}); ferr != nil {
 						return lay, false, passed, ferr
 					} else {

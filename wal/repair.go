@@ -554,7 +554,19 @@ func (e *DamageError) Refusal(dataDir string) string { return e.Where() + cutAft
 // entry before it.
 func cutAfter(entry uint64, dataDir string) string {
 	return fmt.Sprintf("; to drop entry %d and every later one, stop kvidx and run "+
-		"kvidx wal repair %s --truncate-after %d --yes (it keeps a copy of what it cuts)", entry, dataDir, entry-1)
+		"kvidx wal repair %s --truncate-after %d --yes (it keeps a copy of what it cuts)", entry, ShellArg(dataDir), entry-1)
+}
+
+// ShellArg is s as one argument of a POSIX shell command line, quoted
+// only when it needs to be: refusals name repair commands to paste, and
+// a data directory's path may hold spaces or quotes.
+func ShellArg(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_-./,:@%+=", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // EntryError is a damaged entry found reading the log: in a segment before
@@ -673,8 +685,7 @@ func repairTruncateBefore(dir string, index uint64, backupDir string, dropUnloca
 		if index == 0 {
 			return 0, fmt.Errorf("wal %s: index 0: WAL indexes start at 1", dir)
 		}
-		// The new log's tail, whatever TAIL named (see restart below).
-		if err := writeTailMark(dir, index); err != nil {
+		if err := markRestart(dir, index, 0); err != nil {
 			return 0, err
 		}
 		return 0, startAt(dir, index, nil, nil, crashPoint)
@@ -845,21 +856,30 @@ func repairTruncateBefore(dir string, index uint64, backupDir string, dropUnloca
 		return 0, err
 	}
 	if restart {
-		// The log restarts at index: its tail is the segment startAt
-		// makes, whatever TAIL named before (a log that lost its newest
-		// segments, which a snapshot past them holds, is repaired so).
-		// Named first: a crash midway leaves the old log, which a restart
-		// then refuses as missing its tail, and which a second run of the
-		// repair cuts (named after, a crash would leave the new log
-		// refused, and a second run with nothing to cut).
-		if err := writeTailMark(dir, index); err != nil {
-			return 0, err
-		}
-		if err := syncDir(dir); err != nil {
+		if err := markRestart(dir, index, segs[len(segs)-1].index); err != nil {
 			return 0, err
 		}
 	}
 	return unlocated, startAt(dir, index, kept, segs[:si+1], crashPoint)
+}
+
+// markRestart prepares TAIL for a log in dir that restarts at index, its
+// last segment now starting at last (0: none). A TAIL past last names
+// segments already missing (see MissingTailError), which the restart
+// leaves behind: it names the new log's tail instead, first, so that a
+// crash midway leaves the old log (refused as before, and a second run of
+// the repair finishes it) and never the new one refused for the old one's
+// loss. Otherwise TAIL is left as it is: after the restart it names a
+// segment before the new one, and Open then records the new tail.
+func markRestart(dir string, index, last uint64) error {
+	mark, err := readTailMark(dir)
+	if err != nil || mark <= last {
+		return err
+	}
+	if err := writeTailMark(dir, index); err != nil {
+		return err
+	}
+	return syncDir(dir)
 }
 
 // startAt makes the log in dir begin at index with the entries in kept (a

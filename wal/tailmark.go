@@ -94,7 +94,7 @@ const PutBack = "put the missing segment files back, and nothing is lost"
 // Refusal is the message with its ways out, naming dataDir.
 func (e *MissingTailError) Refusal(dataDir string) string {
 	return e.Where() + fmt.Sprintf("; %s; or, to go on without those entries, stop kvidx and run "+
-		"kvidx wal repair %s --truncate-after %d --yes", PutBack, dataDir, e.LastEntry)
+		"kvidx wal repair %s --truncate-after %d --yes", PutBack, ShellArg(dataDir), e.LastEntry)
 }
 
 func (e *MissingTailError) Unwrap() error { return ErrCorrupt }

@@ -207,3 +207,54 @@ func TestScanBeforeMissingTail(t *testing.T) {
 		t.Fatalf("scan 1..3: %d entries, %v", n, err)
 	}
 }
+
+func TestShellArg(t *testing.T) {
+	for _, tt := range []struct{ in, want string }{
+		{"/var/lib/kvidx", "/var/lib/kvidx"},
+		{"./kvidx-data", "./kvidx-data"},
+		{"/tmp/kvidx data", "'/tmp/kvidx data'"},
+		{"it's", `'it'\''s'`},
+		{"$HOME", "'$HOME'"},
+		{"", "''"},
+	} {
+		if got := ShellArg(tt.in); got != tt.want {
+			t.Errorf("ShellArg(%q) = %s, want %s", tt.in, got, tt.want)
+		}
+	}
+}
+
+// A restart past the end interrupted midway leaves the log as it was, which
+// opens (found by review: TAIL written first named the segment to come, and
+// the whole log was refused as missing it).
+func TestRestartCrashLeavesLogThatOpens(t *testing.T) {
+	const n = 30
+	src, _ := buildLog(t, n, 300)
+	if !crashRepairBefore(t, src, n+1, "written", 1) {
+		t.Fatal("no crash")
+	}
+	l, err := Open(src, quietOpts())
+	if err != nil {
+		t.Fatalf("open after a crash in the repair: %v", err)
+	}
+	l.Close()
+}
+
+// A refused open changes nothing (found by review: the torn-tail repair of
+// the segment left last ran first and cut it, so the missing files, put
+// back, followed a gap).
+func TestRefusedOpenChangesNothing(t *testing.T) {
+	dir := t.TempDir()
+	segs := segmentedLog(t, dir, 60)
+	last, prev := segs[len(segs)-1].name, filepath.Join(dir, segs[len(segs)-2].name)
+	away := t.TempDir()
+	os.Rename(filepath.Join(dir, last), filepath.Join(away, last))
+	orig, _ := os.ReadFile(prev)
+	os.WriteFile(prev, orig[:len(orig)-3], 0o640)
+	var mt *MissingTailError
+	if _, err := Open(dir, quietOpts()); !errors.As(err, &mt) {
+		t.Fatalf("open: %v", err)
+	}
+	if b, _ := os.ReadFile(prev); len(b) != len(orig)-3 {
+		t.Fatalf("the refused open changed %s: %d bytes, was %d", prev, len(b), len(orig)-3)
+	}
+}

@@ -34,8 +34,8 @@ func newLoadgenCmd() *cobra.Command {
 		Long: `Loadgen pre-generates the Mooncake workload (the same fleet simulation as
 kvidx bench: --workers LRU caches of --capacity blocks, each trace record
 repeated --duplicate times), then replays it against --target until the
-workload or --duration runs out (posts in flight then, and the events still
-queued, get 10 s more: a server that stops answering fails the run).
+workload or --duration runs out (a post in flight then, and each post of the
+events still queued, gets 10 s: a server that stops answering fails the run).
 
 --concurrency match clients share the workers. Each walks its workers'
 requests in order: a POST /v1/match with the request's local hashes, then

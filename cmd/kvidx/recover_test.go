@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -331,5 +332,32 @@ func TestRecoverDryRunNamesReplayRepair(t *testing.T) {
 	want := "kvidx wal repair " + dir + " --truncate-after 58 --yes"
 	if !strings.Contains(out, "replay would fail") || !strings.Contains(out, want) || strings.Contains(out, "wal corrupt: wal corrupt") {
 		t.Fatalf("dry run:\n%s\nwant the replay's repair, %q", out, want)
+	}
+}
+
+// The repair a refusal names pastes into a shell as it is, whatever the
+// data directory's path (found by review: a space split it in two).
+func TestRepairCommandQuotesThePath(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "kvidx data's")
+	copyTree(t, fixtureDir, dir)
+	seg := filepath.Join(dir, "wal", "00000000000000000031")
+	b, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)-3] ^= 0x40
+	os.WriteFile(seg, b, 0o640)
+	out, _, _ := runKvidx(t, "", "recover", "--data-dir", dir, "--dry-run")
+	i := strings.Index(out, "kvidx wal repair ")
+	j := strings.Index(out[max(i, 0):], " --yes")
+	if i < 0 || j < 0 {
+		t.Fatalf("no repair command in\n%s", out)
+	}
+	argv, err := exec.Command("sh", "-c", "printf '%s\\n' "+out[i:i+j+len(" --yes")]).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Split(strings.TrimSpace(string(argv)), "\n"); len(got) != 7 || got[3] != dir {
+		t.Fatalf("the shell reads the command as %q, want %q as its fourth word", got, dir)
 	}
 }

@@ -233,3 +233,21 @@ func TestWALDumpRangeNote(t *testing.T) {
 		t.Fatalf("dump --to 0: %v, want a refusal (it dumped the whole log)", err)
 	}
 }
+
+// A dump that meets damage names the repair, as a restart does, and says
+// what is wrong once (found by review: "wal corrupt: wal corrupt").
+func TestWALDumpDamageNamesRepair(t *testing.T) {
+	dir := t.TempDir()
+	copyTree(t, fixtureDir, dir)
+	seg := filepath.Join(dir, "wal", "00000000000000000031")
+	b, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[40] ^= 0x40
+	os.WriteFile(seg, b, 0o640)
+	_, _, err = runKvidx(t, "", "wal", "dump", dir)
+	if err == nil || strings.Contains(err.Error(), "wal corrupt: wal corrupt") || !strings.Contains(err.Error(), "kvidx wal repair "+dir) {
+		t.Fatalf("wal dump: %v", err)
+	}
+}
