@@ -30,9 +30,9 @@ func CheckURL(s string) error {
 			return fmt.Errorf("URL %q: %w", u, err)
 		}
 		switch pu.Scheme {
-		case "nats", "tls", "ws", "wss":
+		case "nats", "tls", "ws", "wss", "tcp":
 		default:
-			return fmt.Errorf("URL %q: scheme %q: want nats://, tls://, ws:// or wss:// (a NATS server, not its HTTP monitoring port)", u, pu.Scheme)
+			return fmt.Errorf("URL %q: scheme %q: want nats://, tls://, ws://, wss:// or tcp:// (a NATS server, not its HTTP monitoring port)", u, pu.Scheme)
 		}
 		if pu.Hostname() == "" {
 			return fmt.Errorf("URL %q: no host (want e.g. nats://127.0.0.1:4222)", u)

@@ -3,7 +3,7 @@ package jetstream
 import "testing"
 
 func TestChecks(t *testing.T) {
-	for _, u := range []string{"nats://127.0.0.1:4222", "127.0.0.1:4222", "nats://h", "tls://a:1, nats://b:2", "nats://[::1]:4222", "ws://h:8080", "wss://h"} {
+	for _, u := range []string{"nats://127.0.0.1:4222", "127.0.0.1:4222", "nats://h", "tls://a:1, nats://b:2", "nats://[::1]:4222", "ws://h:8080", "wss://h", "tcp://h:4222"} {
 		if err := CheckURL(u); err != nil {
 			t.Errorf("CheckURL(%q): %v", u, err)
 		}
