@@ -195,6 +195,12 @@ func (c *loadConn) close() {
 	}
 }
 
+// overdue reports whether work started at start has run past its grace
+// after the run's end.
+func (c *loadConn) overdue(start time.Time) bool {
+	return !c.stop.IsZero() && time.Now().After(later(c.stop, start).Add(c.grace))
+}
+
 func later(a, b time.Time) time.Time {
 	if a.After(b) {
 		return a

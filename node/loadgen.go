@@ -368,12 +368,19 @@ func postEvents(ctx context.Context, conn *loadConn, queue <-chan queued) (res c
 				break drain
 			}
 		}
+		first := time.Now()
 		for {
 			if ctx.Err() != nil {
 				return res
 			}
 			t0 := time.Now()
 			a, err := conn.post("/v1/events", body)
+			// Retried while the server asks, but like any post not for
+			// longer than the grace past the run's end (each retry's own
+			// deadline starts afresh).
+			if err == nil && a.status == http.StatusServiceUnavailable && a.retryAfter && conn.overdue(first) {
+				err = fmt.Errorf("still answering 503 (Retry-After) %v after the run ended", time.Since(conn.stop).Round(time.Millisecond))
+			}
 			if err == nil && a.status == http.StatusServiceUnavailable && a.retryAfter {
 				res.retries++
 				select {

@@ -109,3 +109,36 @@ func TestLoadGenSlowServerDrains(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A server that answers every event post 503 Retry-After is retried, but
+// not past the grace after the run's end (found by review: each retry's
+// deadline started afresh, and the run never ended).
+func TestLoadGenOverloadedServerEnds(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/match", func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Write([]byte(`{"scores":[],"query_blocks":0}`))
+	})
+	mux.HandleFunc("/v1/events", func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusServiceUnavailable)
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: mux}
+	go srv.Serve(ln)
+	defer srv.Close()
+	cfg := workload.DefaultConfig()
+	cfg.Duplicate = 1
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err = LoadGen(ctx, "http://"+ln.Addr().String(), embeddedTrace(t), cfg,
+		LoadOptions{Concurrency: 2, Posters: 1, Duration: 500 * time.Millisecond, EndGrace: 500 * time.Millisecond})
+	if err == nil || time.Since(start) > 10*time.Second {
+		t.Fatalf("LoadGen against a server answering 503: %v after %v, want an error soon after the run's end", err, time.Since(start))
+	}
+}

@@ -561,6 +561,9 @@ func cutAfter(entry uint64, dataDir string) string {
 // only when it needs to be: refusals name repair commands to paste, and
 // a data directory's path may hold spaces or quotes.
 func ShellArg(s string) string {
+	if strings.HasPrefix(s, "-") {
+		s = "./" + s // else read as a flag
+	}
 	if s != "" && strings.IndexFunc(s, func(r rune) bool {
 		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_-./,:@%+=", r))
 	}) < 0 {

@@ -138,7 +138,10 @@ func checkTailBeforeOpen(dir string) error {
 		if err != nil {
 			return fmt.Errorf("wal %s: segment %s: %w", dir, segs[n-1].name, err)
 		}
-		lastEntry = segs[n-1].index + countEntries(inUse(data)) - 1
+		// The valid prefix, as the read-only walk counts it: the torn
+		// tail is not cut yet (a refused open changes nothing).
+		_, count := scanValid(inUse(data), segs[n-1].index)
+		lastEntry = segs[n-1].index + uint64(count) - 1
 	}
 	return checkTail(dir, mark, segs, lastEntry)
 }

@@ -1,6 +1,8 @@
 package wal
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
@@ -216,6 +218,8 @@ func TestShellArg(t *testing.T) {
 		{"it's", `'it'\''s'`},
 		{"$HOME", "'$HOME'"},
 		{"", "''"},
+		{"-data", "./-data"},
+		{"-my data", "'./-my data'"},
 	} {
 		if got := ShellArg(tt.in); got != tt.want {
 			t.Errorf("ShellArg(%q) = %s, want %s", tt.in, got, tt.want)
@@ -256,5 +260,33 @@ func TestRefusedOpenChangesNothing(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(prev); len(b) != len(orig)-3 {
 		t.Fatalf("the refused open changed %s: %d bytes, was %d", prev, len(b), len(orig)-3)
+	}
+}
+
+// The last entry a refusal names is the valid prefix's, in Open as in the
+// read-only walk, when the segment left last ends torn (found by review:
+// Open counted a torn frame into the fill as an entry).
+func TestMissingTailTornLastEntry(t *testing.T) {
+	dir := t.TempDir()
+	segs := segmentedLog(t, dir, 60)
+	os.Remove(filepath.Join(dir, segs[len(segs)-1].name))
+	want := segs[len(segs)-1].index - 1
+	torn := append(binary.AppendUvarint(nil, 100), bytes.Repeat([]byte{'x'}, 20)...)
+	torn = append(torn, bytes.Repeat([]byte{fillByte}, 200)...)
+	f, err := os.OpenFile(filepath.Join(dir, segs[len(segs)-2].name), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write(torn)
+	f.Close()
+	var imt, omt *MissingTailError
+	if _, err := Inspect(dir); !errors.As(err, &imt) {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir, quietOpts()); !errors.As(err, &omt) {
+		t.Fatal(err)
+	}
+	if imt.LastEntry != want || omt.LastEntry != want {
+		t.Fatalf("last entry: Inspect %d, Open %d, want %d", imt.LastEntry, omt.LastEntry, want)
 	}
 }
