@@ -386,6 +386,16 @@ func NoSnapshotRefusal(dataDir string, snaps []snapshot.File, first, last, conti
 		break
 	}
 	if first == 1 {
+		// The entries before the first gap replay from index 1: cutting
+		// the rest is the way out when the missing ones cannot be put back.
+		for _, g := range gaps {
+			if g.From > 1 {
+				return fmt.Sprintf("no usable snapshot, and the WAL is not whole from index 1 (entries %d..%d are missing or unreadable); "+
+					"put them back if you can, or kvidx wal repair %s --truncate-after %d --yes drops entries %d..%d, the ones after the gap lost with them, "+
+					"and recovery then replays the rest", g.From, g.To, wal.ShellArg(dataDir), g.From-1, g.From, last)
+			}
+			break
+		}
 		return "no usable snapshot, and the WAL is not whole from index 1"
 	}
 	return fmt.Sprintf("no usable snapshot, and the WAL does not begin at index 1 (entries 1..%d are gone)", contig-1)

@@ -88,10 +88,19 @@ file and byte offset.`,
 				return fmt.Errorf("wal dump: %w", recovery.DamageErr(args[0], err))
 			}
 			// Damage past the range does not fail a dump (it salvages what
-			// lies before it), but the operator must not miss it.
+			// lies before it), but the operator must not miss it: each
+			// damaged entry once (a walk can describe one twice), and the
+			// gaps, a missing tail among them.
+			noted := map[uint64]bool{}
 			for _, d := range scanned.Damage {
-				if to != 0 && d.Index > to {
+				if to != 0 && d.Index > to && !noted[d.Index] {
+					noted[d.Index] = true
 					fmt.Fprintf(cmd.ErrOrStderr(), "kvidx wal dump: note: the log is damaged after --to %d: %s\n", to, d)
+				}
+			}
+			for _, g := range scanned.Gaps {
+				if to != 0 && g.From > to {
+					fmt.Fprintf(cmd.ErrOrStderr(), "kvidx wal dump: note: the log is not whole after --to %d: %s\n", to, g.Desc)
 				}
 			}
 			return nil
