@@ -11,6 +11,10 @@ import (
 type Config struct {
 	// MaxBodyBytes bounds a request body (--max-body-bytes); default 16 MiB.
 	MaxBodyBytes int64
+	// MaxEventBytesInFlight bounds the body bytes of the event posts being
+	// read, decoded and appended at once (--max-inflight-event-bytes); a
+	// post past it answers 503 with Retry-After. Default 256 MiB.
+	MaxEventBytesInFlight int64
 	// DefaultBlockSize is the block size of a token query that names none;
 	// default 16.
 	DefaultBlockSize int
@@ -40,22 +44,24 @@ type Config struct {
 // DefaultConfig returns the defaults of `kvidx serve`.
 func DefaultConfig() Config {
 	return Config{
-		MaxBodyBytes:        16 << 20,
-		DefaultBlockSize:    16,
-		SnapshotEveryEvents: 1_000_000,
-		SnapshotInterval:    10 * time.Minute,
-		SnapshotRetry:       30 * time.Second,
-		FinalSnapshot:       true,
-		ShutdownTimeout:     30 * time.Second,
-		ReadTimeout:         60 * time.Second,
-		WriteTimeout:        60 * time.Second,
-		IdleTimeout:         120 * time.Second,
+		MaxBodyBytes:          16 << 20,
+		MaxEventBytesInFlight: 256 << 20,
+		DefaultBlockSize:      16,
+		SnapshotEveryEvents:   1_000_000,
+		SnapshotInterval:      10 * time.Minute,
+		SnapshotRetry:         30 * time.Second,
+		FinalSnapshot:         true,
+		ShutdownTimeout:       30 * time.Second,
+		ReadTimeout:           60 * time.Second,
+		WriteTimeout:          60 * time.Second,
+		IdleTimeout:           120 * time.Second,
 	}
 }
 
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
 	setDefault(&c.MaxBodyBytes, d.MaxBodyBytes)
+	setDefault(&c.MaxEventBytesInFlight, d.MaxEventBytesInFlight)
 	setDefault(&c.DefaultBlockSize, d.DefaultBlockSize)
 	setDefault(&c.SnapshotRetry, d.SnapshotRetry)
 	setDefault(&c.ShutdownTimeout, d.ShutdownTimeout)

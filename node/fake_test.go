@@ -25,8 +25,9 @@ type fakeStore struct {
 	snapIndex uint64
 
 	overloaded atomic.Bool
-	failFence  atomic.Bool  // the next Append fails and fences
-	snapErr    atomic.Value // error (wrapped in errBox) or nil
+	failFence  atomic.Bool   // the next Append fails and fences
+	hold       chan struct{} // when set, Append waits for it to be closed
+	snapErr    atomic.Value  // error (wrapped in errBox) or nil
 }
 
 // errBox holds Snapshot's error; published: the snapshot is published
@@ -41,6 +42,9 @@ func newFakeStore() *fakeStore { return &fakeStore{ix: engine.New()} }
 func (f *fakeStore) Index() *engine.Index { return f.ix }
 
 func (f *fakeStore) Append(ctx context.Context, events []engine.Event, _ []wal.Position) (uint64, []error, error) {
+	if f.hold != nil {
+		<-f.hold
+	}
 	if f.overloaded.Load() {
 		return 0, nil, fmt.Errorf("fake wal: %w", wal.ErrOverloaded)
 	}

@@ -35,6 +35,15 @@ func (s *Server) fastServer() *fasthttp.Server {
 				s.sendFast(ctx, "other", retryReply("shutting down"))
 				return
 			}
+			if ctx.IsPost() && string(ctx.URI().PathOriginal()) == "/v1/events" {
+				release, rep, ok := s.admitEvents(max(declaredLength(ctx), -1))
+				if !ok {
+					ctx.SetConnectionClose() // the body stays unread
+					s.sendFast(ctx, "events", rep)
+					return
+				}
+				defer release()
+			}
 			buf, rep, ok := s.readFastBody(ctx)
 			if !ok {
 				// What is left of the body stays unread: the connection

@@ -72,6 +72,9 @@ type Server struct {
 	// deleteMu makes a DELETE /v1/workers/{id}'s check that the worker is
 	// known and its append one step.
 	deleteMu sync.Mutex
+	// eventBytes is the body bytes of the event posts being read, decoded
+	// and appended (see admitEvents).
+	eventBytes atomic.Int64
 }
 
 // maxPooledBuffer keeps huge request buffers out of the pool.
@@ -94,7 +97,7 @@ func (s *Server) routes() {
 	handle := func(pattern, name string, h http.HandlerFunc) {
 		s.mux.Handle(pattern, s.instrument(name, h))
 	}
-	handle("POST /v1/events", "events", s.bodyHandler(s.ingest))
+	handle("POST /v1/events", "events", s.admitted(s.bodyHandler(s.ingest)))
 	handle("POST /v1/match", "match", s.bodyHandler(s.match))
 	handle("GET /v1/workers", "workers", s.handleWorkers)
 	handle("DELETE /v1/workers/{worker_id}", "delete_worker", s.handleDeleteWorker)
@@ -340,6 +343,42 @@ func tooLarge(length, limit int64) reply {
 	}
 	return errorReply(http.StatusRequestEntityTooLarge,
 		fmt.Sprintf("request body exceeds the limit of %d bytes", limit))
+}
+
+// admitEvents admits an event post of declared body length (-1: unknown,
+// chunked) while the event posts in flight hold at most
+// Config.MaxEventBytesInFlight bytes of bodies; one post is always
+// admitted. Each post holds a few times its body's size in memory while it
+// is decoded and waits for its WAL commit, and the commit queue bounds
+// posts by count, not size: without this, posts of the largest body could
+// take all of a machine's memory before any was refused. release returns
+// the bytes; a refused post gets a 503 with Retry-After.
+func (s *Server) admitEvents(declared int64) (release func(), rep reply, ok bool) {
+	n := s.cfg.MaxBodyBytes // what a body of unknown length may reach
+	if declared >= 0 {
+		n = min(declared, s.cfg.MaxBodyBytes)
+	}
+	if total := s.eventBytes.Add(n); total > s.cfg.MaxEventBytesInFlight && total != n {
+		s.eventBytes.Add(-n)
+		return nil, retryReply(fmt.Sprintf("overloaded, retry later: event posts of %d bytes in all are in flight (the limit is %d)",
+			total-n, s.cfg.MaxEventBytesInFlight)), false
+	}
+	return func() { s.eventBytes.Add(-n) }, reply{}, true
+}
+
+// admitted is h behind admitEvents, for net/http.
+func (s *Server) admitted(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		release, rep, ok := s.admitEvents(r.ContentLength)
+		if !ok {
+			// The body stays unread: the connection cannot carry another request.
+			w.Header().Set("Connection", "close")
+			rep.write(w)
+			return
+		}
+		defer release()
+		h(w, r)
+	}
 }
 
 // bodyHandler serves, through net/http, a route whose answer depends only on

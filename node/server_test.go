@@ -657,3 +657,40 @@ func (s *slowStore) Append(ctx context.Context, events []engine.Event, ps []wal.
 	time.Sleep(time.Duration(s.delay.Load()))
 	return s.fakeStore.Append(ctx, events, ps)
 }
+
+// Event posts are admitted by the bytes of their bodies in flight, not only
+// by the commit queue's count (found by an audit: 24 posts of 14.6 MB took
+// 1.3 GB, and the queue admits 4096): past MaxEventBytesInFlight a post gets
+// a 503 with Retry-After before its body is read; one post always gets in.
+func TestEventBytesInFlightBounded(t *testing.T) {
+	for _, front := range []struct {
+		name  string
+		serve func(testing.TB, *Server) string
+	}{{"fast", serveFront}, {"net/http", serveNetHTTP}} {
+		t.Run(front.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.MaxEventBytesInFlight = 1000
+			e := newEnvWith(t, cfg, front.serve)
+			e.store.hold = make(chan struct{})
+			line := `{"worker_id":1,"event":{"event_id":1,"dp_rank":0,"data":"cleared"}}` + "\n"
+			body := strings.Repeat(line, 700/len(line)+1) // over half the limit
+			first := make(chan response, 1)
+			go func() { first <- e.do(t, "POST", "/v1/events", body) }()
+			for deadline := time.Now().Add(10 * time.Second); e.srv.eventBytes.Load() == 0; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the first post never got in")
+				}
+			}
+			r := e.do(t, "POST", "/v1/events", body).want(t, http.StatusServiceUnavailable)
+			if r.header.Get("Retry-After") == "" || !strings.Contains(string(r.body), "in flight") {
+				t.Fatalf("second post: %s, Retry-After %q", r.body, r.header.Get("Retry-After"))
+			}
+			close(e.store.hold)
+			(<-first).want(t, http.StatusOK)
+			if n := e.srv.eventBytes.Load(); n != 0 {
+				t.Fatalf("%d bytes still counted in flight", n)
+			}
+			e.do(t, "POST", "/v1/events", body).want(t, http.StatusOK)
+		})
+	}
+}

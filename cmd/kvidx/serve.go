@@ -34,6 +34,7 @@ type serveFlags struct {
 	keepSnapshots  int
 	logFormat      string
 	maxBodyBytes   int64
+	maxInflight    int64
 	finalSnapshot  bool
 	natsURL        string
 	natsStream     string
@@ -116,6 +117,7 @@ name in upper case with _ for -, e.g. KVIDX_DATA_DIR=/var/lib/kvidx
 	fl.IntVar(&f.keepSnapshots, "keep-snapshots", 2, "snapshots kept; the WAL is truncated only up to the oldest kept one")
 	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fl.Int64Var(&f.maxBodyBytes, "max-body-bytes", 16<<20, "largest request body accepted")
+	fl.Int64Var(&f.maxInflight, "max-inflight-event-bytes", 256<<20, "event post bodies decoded and appended at once (each holds a few times its size in memory); more answer 503 with Retry-After")
 	fl.BoolVar(&f.finalSnapshot, "final-snapshot", true, "take a snapshot at shutdown when the index changed since the last one")
 	fl.StringArrayVar(&f.zmq, "zmq", nil, "consume a vLLM engine's KV events: tcp://HOST:5557=WORKER_ID[,replay=tcp://HOST:5558] (repeatable)")
 	fl.StringVar(&f.natsURL, "nats-url", "", "consume KV events from this NATS server's JetStream stream (e.g. nats://127.0.0.1:4222)")
@@ -169,6 +171,8 @@ func (f serveFlags) check() error {
 		return fmt.Errorf("serve: --keep-snapshots %d: want at least 1", f.keepSnapshots)
 	case f.maxBodyBytes < 1:
 		return fmt.Errorf("serve: --max-body-bytes %d: want at least 1", f.maxBodyBytes)
+	case f.maxInflight < 1:
+		return fmt.Errorf("serve: --max-inflight-event-bytes %d: want at least 1", f.maxInflight)
 	case f.syncInterval <= 0:
 		return fmt.Errorf("serve: --sync-interval %v: want a positive duration", f.syncInterval)
 	case f.snapshotEvery < 0:
@@ -259,6 +263,7 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 
 	cfg := node.DefaultConfig()
 	cfg.MaxBodyBytes = f.maxBodyBytes
+	cfg.MaxEventBytesInFlight = f.maxInflight
 	cfg.DefaultBlockSize = f.blockSize
 	cfg.SnapshotEveryEvents = f.snapshotEvents
 	cfg.SnapshotInterval = f.snapshotEvery
