@@ -35,7 +35,10 @@ func (s *Server) fastServer() *fasthttp.Server {
 				s.sendFast(ctx, "other", retryReply("shutting down"))
 				return
 			}
-			if ctx.IsPost() && string(ctx.URI().PathOriginal()) == "/v1/events" {
+			// The decoded path, as the router of the other routes sees it:
+			// an escaped spelling of /v1/events must not have its body
+			// read before it is admitted.
+			if ctx.IsPost() && string(ctx.URI().Path()) == "/v1/events" {
 				release, rep, ok := s.admitEvents(max(declaredLength(ctx), -1))
 				if !ok {
 					ctx.SetConnectionClose() // the body stays unread
@@ -54,7 +57,7 @@ func (s *Server) fastServer() *fasthttp.Server {
 			}
 			defer s.putBuf(buf)
 			if ctx.IsPost() {
-				switch string(ctx.URI().PathOriginal()) {
+				switch string(ctx.URI().Path()) {
 				case "/v1/match":
 					s.sendFast(ctx, "match", s.match(buf.Bytes()))
 					return
@@ -92,6 +95,14 @@ func (s *Server) fastServer() *fasthttp.Server {
 			if n := declaredLength(ctx); n > s.cfg.MaxBodyBytes {
 				s.sendFast(ctx, routeOf(ctx), tooLarge(n, s.cfg.MaxBodyBytes))
 				return http.StatusRequestEntityTooLarge
+			}
+			// An event post the server would not admit now is refused
+			// before its client sends the body, as net/http does.
+			if ctx.IsPost() && string(ctx.URI().Path()) == "/v1/events" {
+				if rep, ok := s.wouldAdmitEvents(max(declaredLength(ctx), -1)); !ok {
+					s.sendFast(ctx, "events", rep)
+					return http.StatusServiceUnavailable
+				}
 			}
 			return http.StatusContinue
 		},
@@ -195,7 +206,7 @@ func (s *Server) fastError(ctx *fasthttp.RequestCtx, err error) {
 
 // routeOf names a request's route for metrics, as far as fastError needs.
 func routeOf(ctx *fasthttp.RequestCtx) string {
-	switch string(ctx.URI().PathOriginal()) {
+	switch string(ctx.URI().Path()) {
 	case "/v1/match":
 		return "match"
 	case "/v1/events":

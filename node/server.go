@@ -354,6 +354,11 @@ func tooLarge(length, limit int64) reply {
 // take all of a machine's memory before any was refused. release returns
 // the bytes; a refused post gets a 503 with Retry-After.
 func (s *Server) admitEvents(declared int64) (release func(), rep reply, ok bool) {
+	if declared > s.cfg.MaxBodyBytes {
+		// Refused by its size (a 413) when its body is read: an overloaded
+		// server must not tell the client to retry what never fits.
+		return func() {}, reply{}, true
+	}
 	n := s.cfg.MaxBodyBytes // what a body of unknown length may reach
 	if declared >= 0 {
 		n = min(declared, s.cfg.MaxBodyBytes)
@@ -364,6 +369,17 @@ func (s *Server) admitEvents(declared int64) (release func(), rep reply, ok bool
 			total-n, s.cfg.MaxEventBytesInFlight)), false
 	}
 	return func() { s.eventBytes.Add(-n) }, reply{}, true
+}
+
+// wouldAdmitEvents tells, without admitting it, whether admitEvents would
+// admit a post of declared length now (for an "Expect: 100-continue" post,
+// refused before its client sends the body).
+func (s *Server) wouldAdmitEvents(declared int64) (reply, bool) {
+	release, rep, ok := s.admitEvents(declared)
+	if ok {
+		release()
+	}
+	return rep, ok
 }
 
 // admitted is h behind admitEvents, for net/http.
