@@ -114,7 +114,7 @@ func (s *Store) recover(ctx context.Context) error {
 		if contig > 1 {
 			spans := make([]Span, len(gaps))
 			for i, g := range gaps {
-				spans[i] = Span{g.From, g.To}
+				spans[i] = Span{g.From, g.To, g.Keep}
 			}
 			return refuse(NoSnapshotRefusal(s.dir, all, first, last, contig, spans))
 		}
@@ -350,7 +350,9 @@ func misnamed(metaIndex uint64, f snapshot.File) string {
 }
 
 // Span is a run of WAL entries From..To (a gap: missing or unreadable).
-type Span struct{ From, To uint64 }
+// Span is a gap in the WAL: entries From..To missing or unreadable, Keep
+// the last entry a cut after keeps (see wal.Gap).
+type Span struct{ From, To, Keep uint64 }
 
 // NoSnapshotRefusal is why a data directory is refused when no snapshot
 // is usable and the WAL, first..last, is whole only from contig > 1 on
@@ -376,12 +378,12 @@ func NoSnapshotRefusal(dataDir string, snaps []snapshot.File, first, last, conti
 			if g.To <= f.Index {
 				continue
 			}
-			if g.From <= f.Index {
+			if g.Keep < f.Index {
 				break // the gap takes entries the snapshot needs next
 			}
 			return fmt.Sprintf("no usable snapshot: the WAL after snapshot %s is not whole (entries %d..%d are missing or unreadable); "+
 				"if that snapshot is good, kvidx wal repair %s --truncate-after %d --yes drops entries %d..%d, which no replay can reach, and recovery then uses it",
-				filepath.Base(f.Path), g.From, g.To, wal.ShellArg(dataDir), g.From-1, g.From, last)
+				filepath.Base(f.Path), g.From, g.To, wal.ShellArg(dataDir), g.Keep, g.Keep+1, last)
 		}
 		break
 	}
@@ -389,10 +391,10 @@ func NoSnapshotRefusal(dataDir string, snaps []snapshot.File, first, last, conti
 		// The entries before the first gap replay from index 1: cutting
 		// the rest is the way out when the missing ones cannot be put back.
 		for _, g := range gaps {
-			if g.From > 1 {
+			if g.Keep >= 1 {
 				return fmt.Sprintf("no usable snapshot, and the WAL is not whole from index 1 (entries %d..%d are missing or unreadable); "+
 					"put them back if you can, or kvidx wal repair %s --truncate-after %d --yes drops entries %d..%d, the ones after the gap lost with them, "+
-					"and recovery then replays the rest", g.From, g.To, wal.ShellArg(dataDir), g.From-1, g.From, last)
+					"and recovery then replays the rest", g.From, g.To, wal.ShellArg(dataDir), g.Keep, g.Keep+1, last)
 			}
 			break
 		}

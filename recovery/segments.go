@@ -13,6 +13,7 @@ import (
 // unreadable in one).
 type walGap struct {
 	From, To uint64 // missing or unreadable entries From..To
+	Keep     uint64 // the last entry a cut after keeps (see wal.Gap)
 	Desc     string
 }
 
@@ -84,15 +85,15 @@ func findGaps(dir string) ([]walGap, error) {
 		case !ok:
 			// tidwall/wal reads a segment before the last whole, and a
 			// break anywhere in it fails every one of its entries.
-			gaps = append(gaps, walGap{From: s.index, To: next.index - 1, Desc: fmt.Sprintf(
+			gaps = append(gaps, walGap{From: s.index, To: next.index - 1, Keep: s.index + n - 1, Desc: fmt.Sprintf(
 				"segment %s: framing breaks at byte %d of %d after %d entries: its entries %d..%d are unreadable",
 				s.name, off, len(b), n, s.index, next.index-1)})
 		case end < next.index:
-			gaps = append(gaps, walGap{From: end, To: next.index - 1, Desc: fmt.Sprintf(
+			gaps = append(gaps, walGap{From: end, To: next.index - 1, Keep: end - 1, Desc: fmt.Sprintf(
 				"gap: segment %s holds entries %d..%d but the next segment %s starts at %d: entries %d..%d are missing",
 				s.name, s.index, end-1, next.name, next.index, end, next.index-1)})
 		case end > next.index:
-			gaps = append(gaps, walGap{From: next.index, To: end - 1, Desc: fmt.Sprintf(
+			gaps = append(gaps, walGap{From: next.index, To: end - 1, Keep: next.index - 1, Desc: fmt.Sprintf(
 				"overlap: segment %s holds entries %d..%d but the next segment %s starts at %d",
 				s.name, s.index, end-1, next.name, next.index)})
 		}

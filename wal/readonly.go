@@ -70,9 +70,13 @@ type Layout struct {
 }
 
 // Gap is a run of entries From..To that the segment files do not hold whole.
+// Keep is the last entry a cut after which (kvidx wal repair
+// --truncate-after Keep) leaves the log whole up to it: From-1, or, where a
+// segment's framing breaks after whole entries that tidwall/wal cannot read
+// only because of what follows them, the last of those.
 type Gap struct {
-	From, To uint64
-	Desc     string
+	From, To, Keep uint64
+	Desc           string
 }
 
 // Damage is an entry that fails its checks, or a framing break, inside the log.
@@ -285,7 +289,7 @@ func walkOnce(dir string, from, to uint64, fn func(Entry) error) (lay Layout, va
 			switch {
 			case next < s.index:
 				prev := segs[si-1].name
-				g := Gap{From: next, To: s.index - 1, Desc: fmt.Sprintf(
+				g := Gap{From: next, To: s.index - 1, Keep: next - 1, Desc: fmt.Sprintf(
 					"gap: segment %s ends before entry %d but the next segment %s starts at %d: entries %d..%d are missing",
 					prev, next, s.name, s.index, next, s.index-1)}
 				lay.Gaps = append(lay.Gaps, g)
@@ -293,7 +297,7 @@ func walkOnce(dir string, from, to uint64, fn func(Entry) error) (lay Layout, va
 					fail("%s", g.Desc)
 				}
 			case next > s.index:
-				g := Gap{From: s.index, To: next - 1, Desc: fmt.Sprintf(
+				g := Gap{From: s.index, To: next - 1, Keep: s.index - 1, Desc: fmt.Sprintf(
 					"overlap: the segment before %s holds entries up to %d but %s starts at %d",
 					s.name, next-1, s.name, s.index)}
 				lay.Gaps = append(lay.Gaps, g)
@@ -314,7 +318,7 @@ func walkOnce(dir string, from, to uint64, fn func(Entry) error) (lay Layout, va
 				end := segs[si+1].index
 				lay.Damage = append(lay.Damage, Damage{Segment: s.name, Offset: int64(boff), Index: s.index,
 					Desc: fmt.Sprintf("tidwall/wal framing breaks at byte %d of %d after %d whole entries: tidwall/wal reads the segment whole, so none of them can be read", boff, len(data), whole)})
-				g := Gap{From: s.index, To: end - 1, Desc: fmt.Sprintf(
+				g := Gap{From: s.index, To: end - 1, Keep: s.index + whole - 1, Desc: fmt.Sprintf(
 					"segment %s: framing breaks at byte %d of %d after %d whole entries: entries %d..%d unreadable (tidwall/wal reads a segment whole)",
 					s.name, boff, len(data), whole, s.index, end-1)}
 				lay.Gaps = append(lay.Gaps, g)
@@ -429,7 +433,7 @@ func missingTail(lay *Layout, dir string, mark uint64, segs []segFile) error {
 	err := checkTail(dir, mark, segs, lay.LastIndex)
 	var mt *MissingTailError
 	if errors.As(err, &mt) {
-		lay.Gaps = append(lay.Gaps, Gap{From: lay.LastIndex + 1, To: lay.LastIndex + 1, Desc: mt.Where()})
+		lay.Gaps = append(lay.Gaps, Gap{From: lay.LastIndex + 1, To: lay.LastIndex + 1, Keep: lay.LastIndex, Desc: mt.Where()})
 	}
 	return err
 }

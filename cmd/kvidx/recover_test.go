@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -389,5 +392,56 @@ func TestNoSnapshotGapNamesRepair(t *testing.T) {
 	}
 	if out, _, err := runKvidx(t, "", "recover", "--data-dir", dir, "--dry-run"); err != nil {
 		t.Fatalf("dry run after the repair: %v\n%s", err, out)
+	}
+}
+
+// A segment whose framing breaks after whole entries is cut at the break,
+// not at its start: those entries read again once what follows them is
+// gone (found by review: the advice dropped the whole segment, and for
+// the first segment named no cut at all).
+func TestFramingBreakCutKeepsWholeEntries(t *testing.T) {
+	for _, tt := range []struct {
+		name       string
+		seg, entry int // the segment (in order) and the entry in it whose length prefix breaks
+	}{
+		{"middle segment", 2, 13},
+		{"first segment", 0, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			s := openStore(t, dir)
+			appendAll(t, s, genHistory(5, 120), 1)
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			segs := walSegments(t, dir)
+			path := filepath.Join(dir, "wal", segs[tt.seg])
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			off := 0
+			for range tt.entry {
+				size, n := binary.Uvarint(b[off:])
+				off += n + int(size)
+			}
+			copy(b[off:], []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f})
+			os.WriteFile(path, b, 0o640)
+			first, _ := strconv.ParseUint(segs[tt.seg], 10, 64)
+			keep := first + uint64(tt.entry) - 1
+
+			out, _, _ := runKvidx(t, "", "recover", "--data-dir", dir, "--dry-run")
+			want := fmt.Sprintf("kvidx wal repair %s --truncate-after %d --yes", dir, keep)
+			if !strings.Contains(out, want) {
+				t.Fatalf("dry run:\n%s\nwant %q", out, want)
+			}
+			if _, _, err := runKvidx(t, "", "wal", "repair", dir, "--truncate-after", strconv.FormatUint(keep, 10), "--yes"); err != nil {
+				t.Fatal(err)
+			}
+			out, _, err = runKvidx(t, "", "recover", "--data-dir", dir, "--dry-run")
+			if err != nil || !strings.Contains(out, fmt.Sprintf("1..%d", keep)) {
+				t.Fatalf("dry run after the cut: %v\n%s\nwant entries 1..%d replayed", err, out, keep)
+			}
+		})
 	}
 }
