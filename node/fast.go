@@ -35,10 +35,11 @@ func (s *Server) fastServer() *fasthttp.Server {
 				s.sendFast(ctx, "other", retryReply("shutting down"))
 				return
 			}
-			// The decoded path, as the router of the other routes sees it:
-			// an escaped spelling of /v1/events must not have its body
-			// read before it is admitted.
-			if ctx.IsPost() && string(ctx.URI().Path()) == "/v1/events" {
+			// Admitted by the decoded path: an escaped spelling of
+			// /v1/events, which net/http may route to the events handler,
+			// must not have its body read first. Routing below stays on
+			// the path as sent, as net/http routes (unclean paths 404).
+			if isEventPost(ctx) {
 				release, rep, ok := s.admitEvents(max(declaredLength(ctx), -1))
 				if !ok {
 					ctx.SetConnectionClose() // the body stays unread
@@ -46,6 +47,7 @@ func (s *Server) fastServer() *fasthttp.Server {
 					return
 				}
 				defer release()
+				ctx.SetUserValue(admittedKey{}, true)
 			}
 			buf, rep, ok := s.readFastBody(ctx)
 			if !ok {
@@ -57,7 +59,7 @@ func (s *Server) fastServer() *fasthttp.Server {
 			}
 			defer s.putBuf(buf)
 			if ctx.IsPost() {
-				switch string(ctx.URI().Path()) {
+				switch string(ctx.URI().PathOriginal()) {
 				case "/v1/match":
 					s.sendFast(ctx, "match", s.match(buf.Bytes()))
 					return
@@ -98,7 +100,7 @@ func (s *Server) fastServer() *fasthttp.Server {
 			}
 			// An event post the server would not admit now is refused
 			// before its client sends the body, as net/http does.
-			if ctx.IsPost() && string(ctx.URI().Path()) == "/v1/events" {
+			if isEventPost(ctx) {
 				if rep, ok := s.wouldAdmitEvents(max(declaredLength(ctx), -1)); !ok {
 					s.sendFast(ctx, "events", rep)
 					return http.StatusServiceUnavailable
@@ -206,7 +208,7 @@ func (s *Server) fastError(ctx *fasthttp.RequestCtx, err error) {
 
 // routeOf names a request's route for metrics, as far as fastError needs.
 func routeOf(ctx *fasthttp.RequestCtx) string {
-	switch string(ctx.URI().Path()) {
+	switch string(ctx.URI().PathOriginal()) {
 	case "/v1/match":
 		return "match"
 	case "/v1/events":
@@ -227,4 +229,9 @@ func (l fastLogger) Printf(format string, args ...any) {
 		return
 	}
 	l.log.Warn(msg)
+}
+
+// isEventPost tells a POST whose decoded path is /v1/events.
+func isEventPost(ctx *fasthttp.RequestCtx) bool {
+	return ctx.IsPost() && string(ctx.URI().Path()) == "/v1/events"
 }

@@ -354,37 +354,58 @@ func tooLarge(length, limit int64) reply {
 // take all of a machine's memory before any was refused. release returns
 // the bytes; a refused post gets a 503 with Retry-After.
 func (s *Server) admitEvents(declared int64) (release func(), rep reply, ok bool) {
-	if declared > s.cfg.MaxBodyBytes {
-		// Refused by its size (a 413) when its body is read: an overloaded
-		// server must not tell the client to retry what never fits.
-		return func() {}, reply{}, true
-	}
-	n := s.cfg.MaxBodyBytes // what a body of unknown length may reach
-	if declared >= 0 {
-		n = min(declared, s.cfg.MaxBodyBytes)
-	}
+	n := s.eventCharge(declared)
 	if total := s.eventBytes.Add(n); total > s.cfg.MaxEventBytesInFlight && total != n {
 		s.eventBytes.Add(-n)
-		return nil, retryReply(fmt.Sprintf("overloaded, retry later: event posts of %d bytes in all are in flight (the limit is %d)",
-			total-n, s.cfg.MaxEventBytesInFlight)), false
+		return nil, s.overloadedEvents(total - n), false
 	}
 	return func() { s.eventBytes.Add(-n) }, reply{}, true
 }
 
-// wouldAdmitEvents tells, without admitting it, whether admitEvents would
-// admit a post of declared length now (for an "Expect: 100-continue" post,
-// refused before its client sends the body).
-func (s *Server) wouldAdmitEvents(declared int64) (reply, bool) {
-	release, rep, ok := s.admitEvents(declared)
-	if ok {
-		release()
+// eventCharge is what a post of declared body length (-1: unknown) is
+// charged: its length, or the most a body may reach when unknown, and
+// nothing for a body declared over MaxBodyBytes, refused by its size (a
+// 413) when read: an overloaded server must not tell the client to retry
+// what never fits.
+func (s *Server) eventCharge(declared int64) int64 {
+	switch {
+	case declared > s.cfg.MaxBodyBytes:
+		return 0
+	case declared >= 0:
+		return declared
 	}
-	return rep, ok
+	return s.cfg.MaxBodyBytes
 }
+
+func (s *Server) overloadedEvents(inFlight int64) reply {
+	return retryReply(fmt.Sprintf("overloaded, retry later: event posts of %d bytes in all are in flight (the limit is %d)",
+		inFlight, s.cfg.MaxEventBytesInFlight))
+}
+
+// wouldAdmitEvents tells, without admitting it (or taking any of the
+// budget for an instant, which could refuse a post alone in flight),
+// whether admitEvents would admit a post of declared length now: an
+// "Expect: 100-continue" post is refused before its client sends the body.
+func (s *Server) wouldAdmitEvents(declared int64) (reply, bool) {
+	cur := s.eventBytes.Load()
+	if cur > 0 && cur+s.eventCharge(declared) > s.cfg.MaxEventBytesInFlight {
+		return s.overloadedEvents(cur), false
+	}
+	return reply{}, true
+}
+
+// admittedKey marks, in a request's context, an event post the fast front
+// end admitted before handing it to net/http (a path it does not route
+// itself, e.g. an escaped spelling of /v1/events): not charged twice.
+type admittedKey struct{}
 
 // admitted is h behind admitEvents, for net/http.
 func (s *Server) admitted(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Context().Value(admittedKey{}) != nil {
+			h(w, r)
+			return
+		}
 		release, rep, ok := s.admitEvents(r.ContentLength)
 		if !ok {
 			// The body stays unread: the connection cannot carry another request.

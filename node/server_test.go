@@ -755,3 +755,68 @@ func TestEventAdmissionEdges(t *testing.T) {
 		})
 	}
 }
+
+// Paths that only clean or decode to a hot route are answered as net/http
+// answers them, on both front ends (found by review: routing the fast
+// front end on the decoded path served "//v1/events" and "/v1%2Fevents").
+func TestUncleanHotPathsAgree(t *testing.T) {
+	body := `{"worker_id":1,"event":{"event_id":1,"dp_rank":0,"data":"cleared"}}` + "\n"
+	for _, path := range []string{"//v1/match", "/v1//match", "/v1/./match", "/v1%2Fmatch", "//v1/events", "/v1/x/../events", "/v1%2Fevents"} {
+		codes := map[string]int{}
+		for _, front := range fronts {
+			e := newEnvWith(t, DefaultConfig(), front.serve)
+			codes[front.name] = statusCode(t, strings.TrimPrefix(e.url, "http://"), path, body)
+			if n, _ := e.store.counts(); n != 0 {
+				t.Errorf("%s %s: %d batches appended", front.name, path, n)
+			}
+		}
+		for name, c := range codes {
+			if c != http.StatusNotFound {
+				t.Errorf("POST %s on %s: %d, want 404 (all: %v)", path, name, c, codes)
+			}
+		}
+	}
+}
+
+// statusCode sends a raw POST of body to path (as given, unescaped) and
+// returns the answer's status.
+func statusCode(t *testing.T, addr, path, body string) int {
+	t.Helper()
+	line := statusLine(t, addr, fmt.Sprintf("POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\nConnection: close\r\n\r\n", path, len(body)), []byte(body))
+	var code int
+	fmt.Sscanf(line, "HTTP/1.1 %d", &code)
+	return code
+}
+
+// Asking whether a post would be admitted takes none of the budget: a post
+// alone in flight is always admitted (found by review: the question
+// admitted and released, refusing a lone post for that instant).
+func TestWouldAdmitTakesNothing(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxEventBytesInFlight = 1000
+	srv, _ := newServerOnFake(cfg)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				srv.wouldAdmitEvents(-1)
+			}
+		}
+	}()
+	for i := range 100000 {
+		release, _, ok := srv.admitEvents(1000)
+		if !ok {
+			close(stop)
+			<-done
+			t.Fatalf("a post alone in flight refused, at try %d", i)
+		}
+		release()
+	}
+	close(stop)
+	<-done
+}

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+
+	"github.com/kvidx/kvidx/wal"
 )
 
 // walGap is a run of entries missing between two WAL segment files (or
@@ -85,7 +87,7 @@ func findGaps(dir string) ([]walGap, error) {
 		case !ok:
 			// tidwall/wal reads a segment before the last whole, and a
 			// break anywhere in it fails every one of its entries.
-			gaps = append(gaps, walGap{From: s.index, To: next.index - 1, Keep: s.index + n - 1, Desc: fmt.Sprintf(
+			gaps = append(gaps, walGap{From: s.index, To: next.index - 1, Keep: s.index + min(n, wal.ValidPrefix(b, s.index)) - 1, Desc: fmt.Sprintf(
 				"segment %s: framing breaks at byte %d of %d after %d entries: its entries %d..%d are unreadable",
 				s.name, off, len(b), n, s.index, next.index-1)})
 		case end < next.index:

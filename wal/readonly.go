@@ -318,7 +318,7 @@ func walkOnce(dir string, from, to uint64, fn func(Entry) error) (lay Layout, va
 				end := segs[si+1].index
 				lay.Damage = append(lay.Damage, Damage{Segment: s.name, Offset: int64(boff), Index: s.index,
 					Desc: fmt.Sprintf("tidwall/wal framing breaks at byte %d of %d after %d whole entries: tidwall/wal reads the segment whole, so none of them can be read", boff, len(data), whole)})
-				g := Gap{From: s.index, To: end - 1, Keep: s.index + whole - 1, Desc: fmt.Sprintf(
+				g := Gap{From: s.index, To: end - 1, Keep: s.index + min(whole, ValidPrefix(data, s.index)) - 1, Desc: fmt.Sprintf(
 					"segment %s: framing breaks at byte %d of %d after %d whole entries: entries %d..%d unreadable (tidwall/wal reads a segment whole)",
 					s.name, boff, len(data), whole, s.index, end-1)}
 				lay.Gaps = append(lay.Gaps, g)

@@ -156,6 +156,14 @@ func scanValid(data []byte, first uint64) (good, count int) {
 	return good, count
 }
 
+// ValidPrefix returns how many entries segment data, whose first entry is
+// entry first, holds whole and valid (frame version 2, checksum and index)
+// before anything that is not: what a cut after them keeps readable.
+func ValidPrefix(data []byte, first uint64) uint64 {
+	_, n := scanValid(data, first)
+	return uint64(n)
+}
+
 // validAtOrAfter returns the offset of the first complete valid entry
 // starting at b[off] or after, or -1. Where a valid prefix ends at off, a
 // valid frame at off itself carries another entry's index: entries are

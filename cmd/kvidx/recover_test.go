@@ -445,3 +445,42 @@ func TestFramingBreakCutKeepsWholeEntries(t *testing.T) {
 		})
 	}
 }
+
+// A damaged entry before the break is not kept by the cut at the break
+// (found by review: the cut kept it, and the next start refused it).
+func TestFramingBreakCutStopsBeforeBadEntry(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir)
+	appendAll(t, s, genHistory(5, 120), 1)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	segs := walSegments(t, dir)
+	path := filepath.Join(dir, "wal", segs[2])
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ends []int // entry i of the segment ends at ends[i]
+	for off := 0; off < len(b); {
+		size, n := binary.Uvarint(b[off:])
+		off += n + int(size)
+		ends = append(ends, off)
+	}
+	b[ends[1]+12] ^= 0x40                                                      // entry 2's payload: a bad checksum
+	copy(b[ends[12]:], []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f}) // entry 13's length prefix
+	os.WriteFile(path, b, 0o640)
+	first, _ := strconv.ParseUint(segs[2], 10, 64)
+	keep := first + 1 // entries 0 and 1 of the segment
+
+	out, _, _ := runKvidx(t, "", "recover", "--data-dir", dir, "--dry-run")
+	if want := fmt.Sprintf("--truncate-after %d --yes", keep); !strings.Contains(out, want) {
+		t.Fatalf("dry run:\n%s\nwant %q", out, want)
+	}
+	if _, _, err := runKvidx(t, "", "wal", "repair", dir, "--truncate-after", strconv.FormatUint(keep, 10), "--yes"); err != nil {
+		t.Fatal(err)
+	}
+	if out, _, err := runKvidx(t, "", "recover", "--data-dir", dir, "--dry-run"); err != nil {
+		t.Fatalf("dry run after the cut: %v\n%s", err, out)
+	}
+}
