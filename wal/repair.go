@@ -142,8 +142,8 @@ func validEntryAt(b []byte) bool {
 
 // scanValid walks data's entries, the first of them entry first, and
 // returns the end offset of the longest prefix of complete entries with
-// valid kvidx frames that carry their own index (version 2), and how many
-// there are.
+// valid kvidx frames (a version 2 frame carrying the index it is read at),
+// and how many there are.
 func scanValid(data []byte, first uint64) (good, count int) {
 	for good < len(data) {
 		p, n, ok := nextEntry(data[good:])
@@ -157,8 +157,9 @@ func scanValid(data []byte, first uint64) (good, count int) {
 }
 
 // ValidPrefix returns how many entries segment data, whose first entry is
-// entry first, holds whole and valid (frame version 2, checksum and index)
-// before anything that is not: what a cut after them keeps readable.
+// entry first, holds whole and valid (checksum, and the index a version 2
+// frame carries) before anything that is not: what a cut after them keeps
+// readable.
 func ValidPrefix(data []byte, first uint64) uint64 {
 	_, n := scanValid(data, first)
 	return uint64(n)
