@@ -85,26 +85,13 @@ func TestStatusErrorCutsLongBodies(t *testing.T) {
 // the whole drain after it failed posts never sent).
 func TestLoadGenSlowServerDrains(t *testing.T) {
 	const grace = 500 * time.Millisecond
-	mux := http.NewServeMux()
-	mux.HandleFunc("/v1/match", func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		w.Write([]byte(`{"scores":[],"query_blocks":0}`))
-	})
-	mux.HandleFunc("/v1/events", func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
+	url := serveEventsBy(t, func(w http.ResponseWriter) {
 		time.Sleep(grace * 6 / 10)
 		w.Write([]byte(`{}`))
 	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: mux}
-	go srv.Serve(ln)
-	defer srv.Close()
 	cfg := workload.DefaultConfig()
 	cfg.Duplicate = 1
-	if _, err := LoadGen(context.Background(), "http://"+ln.Addr().String(), embeddedTrace(t), cfg,
+	if _, err := LoadGen(context.Background(), url, embeddedTrace(t), cfg,
 		LoadOptions{Concurrency: 2, Posters: 1, Duration: time.Second, EndGrace: grace}); err != nil {
 		t.Fatal(err)
 	}
@@ -114,6 +101,27 @@ func TestLoadGenSlowServerDrains(t *testing.T) {
 // not past the grace after the run's end (found by review: each retry's
 // deadline started afresh, and the run never ended).
 func TestLoadGenOverloadedServerEnds(t *testing.T) {
+	url := serveEventsBy(t, func(w http.ResponseWriter) {
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusServiceUnavailable)
+	})
+	cfg := workload.DefaultConfig()
+	cfg.Duplicate = 1
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := LoadGen(ctx, url, embeddedTrace(t), cfg,
+		LoadOptions{Concurrency: 2, Posters: 1, Duration: 500 * time.Millisecond, EndGrace: 500 * time.Millisecond})
+	if err == nil || time.Since(start) > 10*time.Second {
+		t.Fatalf("LoadGen against a server answering 503: %v after %v, want an error soon after the run's end", err, time.Since(start))
+	}
+}
+
+// serveEventsBy serves, on a loopback port until the test ends, matches
+// with empty answers and event posts answered by answer (after reading the
+// body), and returns the base URL.
+func serveEventsBy(t *testing.T, answer func(http.ResponseWriter)) string {
+	t.Helper()
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/match", func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
@@ -121,8 +129,7 @@ func TestLoadGenOverloadedServerEnds(t *testing.T) {
 	})
 	mux.HandleFunc("/v1/events", func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
-		w.Header().Set("Retry-After", "1")
-		w.WriteHeader(http.StatusServiceUnavailable)
+		answer(w)
 	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -130,15 +137,6 @@ func TestLoadGenOverloadedServerEnds(t *testing.T) {
 	}
 	srv := &http.Server{Handler: mux}
 	go srv.Serve(ln)
-	defer srv.Close()
-	cfg := workload.DefaultConfig()
-	cfg.Duplicate = 1
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	start := time.Now()
-	_, err = LoadGen(ctx, "http://"+ln.Addr().String(), embeddedTrace(t), cfg,
-		LoadOptions{Concurrency: 2, Posters: 1, Duration: 500 * time.Millisecond, EndGrace: 500 * time.Millisecond})
-	if err == nil || time.Since(start) > 10*time.Second {
-		t.Fatalf("LoadGen against a server answering 503: %v after %v, want an error soon after the run's end", err, time.Since(start))
-	}
+	t.Cleanup(func() { srv.Close() })
+	return "http://" + ln.Addr().String()
 }

@@ -368,16 +368,7 @@ func TestRepairCommandQuotesThePath(t *testing.T) {
 // With no snapshot, a gap in the WAL names the cut that lets a restart
 // replay what comes before it (found by an audit: it named none).
 func TestNoSnapshotGapNamesRepair(t *testing.T) {
-	dir := t.TempDir()
-	s := openStore(t, dir)
-	appendAll(t, s, genHistory(5, 120), 1)
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	segs := walSegments(t, dir)
-	if len(segs) < 3 {
-		t.Fatalf("segments %v", segs)
-	}
+	dir, segs := segmentedDataDir(t)
 	os.Remove(filepath.Join(dir, "wal", segs[1]))
 	out, _, err := runKvidx(t, "", "recover", "--data-dir", dir, "--dry-run")
 	i := strings.Index(out, "kvidx wal repair ")
@@ -408,13 +399,7 @@ func TestFramingBreakCutKeepsWholeEntries(t *testing.T) {
 		{"first segment", 0, 1},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			dir := t.TempDir()
-			s := openStore(t, dir)
-			appendAll(t, s, genHistory(5, 120), 1)
-			if err := s.Close(); err != nil {
-				t.Fatal(err)
-			}
-			segs := walSegments(t, dir)
+			dir, segs := segmentedDataDir(t)
 			path := filepath.Join(dir, "wal", segs[tt.seg])
 			b, err := os.ReadFile(path)
 			if err != nil {
@@ -449,13 +434,7 @@ func TestFramingBreakCutKeepsWholeEntries(t *testing.T) {
 // A damaged entry before the break is not kept by the cut at the break
 // (found by review: the cut kept it, and the next start refused it).
 func TestFramingBreakCutStopsBeforeBadEntry(t *testing.T) {
-	dir := t.TempDir()
-	s := openStore(t, dir)
-	appendAll(t, s, genHistory(5, 120), 1)
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	segs := walSegments(t, dir)
+	dir, segs := segmentedDataDir(t)
 	path := filepath.Join(dir, "wal", segs[2])
 	b, err := os.ReadFile(path)
 	if err != nil {

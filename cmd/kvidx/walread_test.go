@@ -132,16 +132,7 @@ func TestWALReadNotADataDir(t *testing.T) {
 // file even when opening the log would refuse it. Damage exits 1 wherever it
 // is: in an earlier segment the log opens, but a replay through it stops.
 func TestWALStatDamagedCounts(t *testing.T) {
-	src := t.TempDir()
-	s := openStore(t, src)
-	appendAll(t, s, genHistory(5, 120), 1)
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	segs := walSegments(t, src)
-	if len(segs) < 3 {
-		t.Fatalf("segments %v", segs)
-	}
+	src, segs := segmentedDataDir(t)
 	tests := []struct {
 		name        string
 		seg         string // the segment whose first entry is damaged
@@ -255,16 +246,28 @@ func TestWALDumpDamageNamesRepair(t *testing.T) {
 // A dump that stops before a missing tail says the log is not whole after
 // its range (found by an audit: it noted damaged entries there, not gaps).
 func TestWALDumpNotesGapAfterRange(t *testing.T) {
-	dir := t.TempDir()
-	s := openStore(t, dir)
-	appendAll(t, s, genHistory(5, 120), 1)
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	segs := walSegments(t, dir)
+	dir, segs := segmentedDataDir(t)
 	os.Remove(filepath.Join(dir, "wal", segs[len(segs)-1]))
 	_, stderr, err := runKvidx(t, "", "wal", "dump", dir, "--to", "2")
 	if err != nil || strings.Count(stderr, "not whole after --to 2") != 1 {
 		t.Fatalf("wal dump --to 2: %v, stderr %q", err, stderr)
 	}
+}
+
+// segmentedDataDir is a new data directory holding a WAL of several
+// segments (entries of genHistory(5, 120), no snapshot), and its segment
+// file names in order.
+func segmentedDataDir(t *testing.T) (dir string, segs []string) {
+	t.Helper()
+	dir = t.TempDir()
+	s := openStore(t, dir)
+	appendAll(t, s, genHistory(5, 120), 1)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	segs = walSegments(t, dir)
+	if len(segs) < 3 {
+		t.Fatalf("segments %v: the tests need three", segs)
+	}
+	return dir, segs
 }
