@@ -58,8 +58,10 @@ func loadTarget(target string) (addr, host string, err error) {
 // postTimeout bounds one POST, from writing it to reading its answer.
 const postTimeout = time.Minute
 
-func newLoadConn(addr, host string) *loadConn {
-	return &loadConn{addr: addr, host: host}
+// newLoadConn returns a connection to addr for a run that ends at stop,
+// whose posts then get grace (see loadConn; a zero stop: no end).
+func newLoadConn(addr, host string, stop time.Time, grace time.Duration) *loadConn {
+	return &loadConn{addr: addr, host: host, stop: stop, grace: grace}
 }
 
 // answer is what the server said to one POST.
@@ -88,10 +90,8 @@ func (c *loadConn) post(path string, body []byte) (answer, error) {
 	// A server that stops answering fails the run instead of hanging it.
 	now := time.Now()
 	deadline := now.Add(postTimeout)
-	if !c.stop.IsZero() {
-		if late := later(c.stop, now).Add(c.grace); late.Before(deadline) {
-			deadline = late
-		}
+	if end, ok := c.graceEnd(now); ok && end.Before(deadline) {
+		deadline = end
 	}
 	if err := c.conn.SetDeadline(deadline); err != nil {
 		c.close()
@@ -195,15 +195,21 @@ func (c *loadConn) close() {
 	}
 }
 
-// overdue reports whether work started at start has run past its grace
-// after the run's end.
-func (c *loadConn) overdue(start time.Time) bool {
-	return !c.stop.IsZero() && time.Now().After(later(c.stop, start).Add(c.grace))
+// graceEnd is when work started at start has used its grace after the
+// run's end: grace from the end, or from start if it started later. ok is
+// false for a connection of a run without an end.
+func (c *loadConn) graceEnd(start time.Time) (end time.Time, ok bool) {
+	if c.stop.IsZero() {
+		return time.Time{}, false
+	}
+	if start.Before(c.stop) {
+		start = c.stop
+	}
+	return start.Add(c.grace), true
 }
 
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
+// overdue reports whether work started at start has run past its grace.
+func (c *loadConn) overdue(start time.Time) bool {
+	end, ok := c.graceEnd(start)
+	return ok && time.Now().After(end)
 }

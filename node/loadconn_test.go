@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func TestLoadTarget(t *testing.T) {
@@ -64,7 +65,7 @@ func TestLoadConn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := newLoadConn(addr, host)
+	c := newLoadConn(addr, host, time.Time{}, 0)
 	defer c.close()
 	for _, n := range []int{0, 1, 100, 4 << 10, 4<<10 + 1, 1 << 20} {
 		body := []byte(strings.Repeat("x", n))

@@ -197,9 +197,7 @@ func LoadGen(ctx context.Context, target string, trace *workload.Trace, cfg work
 		queues[p] = make(chan queued, maxQueued*clients)
 		feeding[p].Add(clients)
 		wg.Go(func() {
-			conn := newLoadConn(addr, host)
-			conn.stop, conn.grace = stop, opts.EndGrace
-			posters[p] = postEvents(ctx, conn, queues[p])
+			posters[p] = postEvents(ctx, newLoadConn(addr, host, stop, opts.EndGrace), queues[p])
 			if posters[p].err != nil {
 				cancel()
 			}
@@ -210,9 +208,7 @@ func LoadGen(ctx context.Context, target string, trace *workload.Trace, cfg work
 		p := c % opts.Posters
 		wg.Go(func() {
 			defer feeding[p].Done()
-			conn := newLoadConn(addr, host)
-			conn.stop, conn.grace = stop, opts.EndGrace
-			matchers[c] = matchRequests(ctx, c, conn, perClient[c], queues[p], stop, &matched)
+			matchers[c] = matchRequests(ctx, c, newLoadConn(addr, host, stop, opts.EndGrace), perClient[c], queues[p], stop, &matched)
 			if matchers[c].err != nil {
 				cancel()
 			}

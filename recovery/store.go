@@ -559,20 +559,13 @@ func DamageRefusal(dataDir string, err error) string {
 // cut that accepts the loss.
 func missingTailRefusal(dataDir string, mt *wal.MissingTailError) string {
 	snaps, err := snapshot.List(filepath.Join(dataDir, SnapshotDirName))
-	if err == nil {
-		for _, f := range snaps { // newest first
-			if f.Index <= mt.LastEntry {
-				break
-			}
-			if m, why := Misnamed(f); why == "" || m > mt.LastEntry {
-				held := f.Index
-				if why != "" {
-					held = m
-				}
-				return fmt.Sprintf("%s; %s; or, if they are gone for good: %s (the entries after %d that the missing segments held are lost)",
-					mt.Where(), wal.PutBack, WALBehindSnapshot(dataDir, f, mt.LastEntry), held)
-			}
+	if f, ok := EndProof(snaps, mt.LastEntry); err == nil && ok && f.Index > mt.LastEntry {
+		held := f.Index
+		if m, why := Misnamed(f); why != "" {
+			held = m
 		}
+		return fmt.Sprintf("%s; %s; or, if they are gone for good: %s (the entries after %d that the missing segments held are lost)",
+			mt.Where(), wal.PutBack, WALBehindSnapshot(dataDir, f, mt.LastEntry), held)
 	}
 	return mt.Refusal(dataDir)
 }

@@ -302,7 +302,7 @@ func Open(dir string, opts *Options) (*Log, error) {
 func (l *Log) open() error {
 	// Refused before anything changes: a torn tail cut in what is left
 	// would turn the missing segments, put back, into a gap.
-	if err := checkTailBeforeOpen(l.dir); err != nil {
+	if err := CheckTail(l.dir); err != nil {
 		return err
 	}
 	torn, err := repairTail(l.dir, l.logger)
@@ -885,10 +885,7 @@ func (l *Log) ReadEntry(index uint64) (Entry, error) {
 	events, positions, err := decodeEntry(data, index)
 	if err != nil {
 		seg, off := locate(l.dir, index)
-		if !errors.Is(err, ErrCorrupt) {
-			err = fmt.Errorf("%w: %w", ErrCorrupt, err)
-		}
-		return Entry{}, &EntryError{Dir: l.dir, Segment: seg, Offset: off, Entry: index, Err: err}
+		return Entry{}, &EntryError{Dir: l.dir, Segment: seg, Offset: off, Entry: index, Err: asCorrupt(err)}
 	}
 	return Entry{Index: index, Events: events, Positions: positions}, nil
 }

@@ -363,10 +363,7 @@ func walkOnce(dir string, from, to uint64, fn func(Entry) error) (lay Layout, va
 				if fn != nil && scanErr == nil && !broken && index >= from && index <= to && (good < 0 || !last) {
 					events, positions, derr := decodeEntry(p, index)
 					if derr != nil {
-						if !errors.Is(derr, ErrCorrupt) {
-							derr = fmt.Errorf("%w: %w", ErrCorrupt, derr)
-						}
-						failEntry(&EntryError{Dir: dir, Segment: s.name, Offset: int64(off), Entry: index, Err: derr})
+						failEntry(&EntryError{Dir: dir, Segment: s.name, Offset: int64(off), Entry: index, Err: asCorrupt(derr)})
 					} else if ferr := fn(Entry{Index: index, Events: events, Positions: positions}); ferr != nil {
 						return lay, false, passed, ferr
 					} else {

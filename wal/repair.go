@@ -581,6 +581,15 @@ func ShellArg(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
+// asCorrupt is err (an entry's decoding failure) as one that matches
+// ErrCorrupt, wrapped only when it does not already.
+func asCorrupt(err error) error {
+	if errors.Is(err, ErrCorrupt) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrCorrupt, err)
+}
+
 // EntryError is a damaged entry found reading the log: in a segment before
 // the last (Open repairs or refuses only the last one), a segment short or
 // badly framed, or an entry whose frame or data is invalid.

@@ -115,11 +115,12 @@ func checkTail(dir string, mark uint64, segs []segFile, lastEntry uint64) error 
 	return &MissingTailError{Dir: dir, Mark: mark, LastSegment: last, LastEntry: lastEntry}
 }
 
-// checkTailBeforeOpen refuses a log whose newest segment is missing, before
-// tidwall/wal opens it (which makes a segment 1 in a directory left
-// without any). It sees the segments as tidwall/wal will, after an
-// interrupted truncation.
-func checkTailBeforeOpen(dir string) error {
+// CheckTail returns a [MissingTailError] when the log in dir has lost its
+// newest segments, reading only TAIL, the listing and the last segment (no
+// lock, nothing changed). Open runs it before tidwall/wal opens the log
+// (which makes a segment 1 in a directory left without any). It sees the
+// segments as tidwall/wal will, after an interrupted truncation.
+func CheckTail(dir string) error {
 	mark, err := readTailMark(dir)
 	if err != nil || mark == 0 {
 		return err
@@ -129,8 +130,11 @@ func checkTailBeforeOpen(dir string) error {
 		return fmt.Errorf("wal %s: %w", dir, err)
 	}
 	segs, _, _, err := resolveSegments(all)
-	if err != nil || (len(segs) > 0 && mark <= segs[len(segs)-1].index) {
-		return nil // tidwall/wal's Open reports conflicting truncation files
+	if err != nil {
+		return nil // conflicting truncation files: tidwall/wal's Open reports them
+	}
+	if n := len(segs); n > 0 && mark <= segs[n-1].index {
+		return nil // the common case, without reading the segment
 	}
 	var lastEntry uint64
 	if n := len(segs); n > 0 {

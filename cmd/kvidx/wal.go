@@ -120,9 +120,8 @@ directory must not be open in a running kvidx (the command takes its lock).`,
 						"use --truncate-before %d to drop the entries that snapshot holds instead, or move the snapshot out of %s first",
 						filepath.Base(f.Path), f.Index, after, f.Index+1, filepath.Dir(f.Path))
 				}
-				_, ierr := wal.Inspect(dir)
 				var lost *wal.MissingTailError
-				errors.As(ierr, &lost)
+				errors.As(wal.CheckTail(dir), &lost)
 				if err := wal.RepairTruncateAfter(dir, after, backup); err != nil {
 					return fmt.Errorf("wal repair: %w", err)
 				}

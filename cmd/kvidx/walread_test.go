@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -270,4 +271,21 @@ func segmentedDataDir(t *testing.T) (dir string, segs []string) {
 		t.Fatalf("segments %v: the tests need three", segs)
 	}
 	return dir, segs
+}
+
+// The cut a missing tail's refusal names, run as printed, says that it
+// accepted the loss (it cut nothing itself), and the log then opens.
+func TestWALRepairAcceptsMissingTail(t *testing.T) {
+	dir, segs := segmentedDataDir(t)
+	last := segs[len(segs)-1]
+	os.Remove(filepath.Join(dir, "wal", last))
+	first, _ := strconv.ParseUint(last, 10, 64)
+	keep := strconv.FormatUint(first-1, 10)
+	out, _, err := runKvidx(t, "", "wal", "repair", dir, "--truncate-after", keep, "--yes")
+	if err != nil || !strings.Contains(out, "is accepted") {
+		t.Fatalf("wal repair: %v, %q", err, out)
+	}
+	if out, _, err := runKvidx(t, "", "recover", "--data-dir", dir, "--dry-run"); err != nil {
+		t.Fatalf("dry run after the repair: %v\n%s", err, out)
+	}
 }
