@@ -36,12 +36,18 @@ var (
 		"Bytes cut off a torn WAL tail when the log was opened.", nil, nil)
 	descFenced = prometheus.NewDesc("kvidx_wal_fenced",
 		"1 when a WAL write or fsync failed and ingest is refused until restart.", nil, nil)
+	descPaused = prometheus.NewDesc("kvidx_ingest_paused_low_space",
+		"1 while appends are refused because the data directory's filesystem has less free space than kvidx_disk_floor_bytes.", nil, nil)
+	descDiskFree = prometheus.NewDesc("kvidx_disk_free_bytes",
+		"Free bytes of the WAL's filesystem, as last read (at most every 250 ms, by an append).", nil, nil)
+	descDiskFloor = prometheus.NewDesc("kvidx_disk_floor_bytes",
+		"Free bytes kept for the next snapshot and the WAL's next entries: appends pause below it.", nil, nil)
 )
 
 func (c *indexCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descEventsApplied, descRejections, descBlocksStored, descBlocksRemoved,
 		descDuplicateStores, descNotFound, descEntries, descHolderBlocks, descWorkerKeys, descReservedBlocks,
-		descReservedKeys, descTorn, descFenced} {
+		descReservedKeys, descTorn, descFenced, descPaused, descDiskFree, descDiskFloor} {
 		ch <- d
 	}
 }
@@ -84,4 +90,15 @@ func (c *indexCollector) Collect(ch chan<- prometheus.Metric) {
 		fenced = 1
 	}
 	gauge(descFenced, fenced)
+	if g, ok := box.s.(spaceGuard); ok {
+		paused := 0.0
+		if g.LowSpace() {
+			paused = 1
+		}
+		gauge(descPaused, paused)
+		if free, floor, checked := g.FreeSpace(); checked {
+			gauge(descDiskFree, float64(free))
+			gauge(descDiskFloor, float64(floor))
+		}
+	}
 }

@@ -8,6 +8,8 @@
 // [Server] is built before recovery finishes and reports "recovering" on
 // /readyz until [Server.SetStore] hands it the store; a write or fsync
 // failure in the WAL fences it (ingest answers 503, queries keep working).
+// A store that pauses appends on a nearly full disk gets 503s with
+// Retry-After instead, and a snapshot (see spaceGuard).
 //
 // Endpoints (JSON bodies; every error is {"error":"..."} with a 4xx or 5xx):
 //

@@ -25,6 +25,7 @@ type fakeStore struct {
 	snapIndex uint64
 
 	overloaded atomic.Bool
+	lowSpace   atomic.Bool // appends pause as recovery.Store's do on a nearly full disk
 	failFence  atomic.Bool   // the next Append fails and fences
 	hold       chan struct{} // when set, Append waits for it to be closed
 	snapErr    atomic.Value  // error (wrapped in errBox) or nil
@@ -47,6 +48,9 @@ func (f *fakeStore) Append(ctx context.Context, events []engine.Event, _ []wal.P
 	}
 	if f.overloaded.Load() {
 		return 0, nil, fmt.Errorf("fake wal: %w", wal.ErrOverloaded)
+	}
+	if f.lowSpace.Load() {
+		return 0, nil, fmt.Errorf("fake store: 1.0 MiB free, below the 9.0 MiB kept: appends paused while free space is low: %w", wal.ErrOverloaded)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -96,6 +100,15 @@ func (f *fakeStore) WALRange() (uint64, uint64, error) {
 		return 0, 0, nil
 	}
 	return 1, f.index, nil
+}
+
+func (f *fakeStore) LowSpace() bool { return f.lowSpace.Load() }
+
+func (f *fakeStore) FreeSpace() (free, floor int64, checked bool) {
+	if f.lowSpace.Load() {
+		return 1 << 20, 9 << 20, true
+	}
+	return 100 << 20, 9 << 20, true
 }
 
 func (f *fakeStore) counts() (appends, snaps int) {

@@ -80,7 +80,8 @@ func (s *Server) writableStore() (Store, *reply) {
 }
 
 // appendEvents appends events as one batch, or returns the failure to
-// answer: 503 with Retry-After on overload, 503 and fencing when the WAL is
+// answer: 503 with Retry-After on overload and while appends pause for
+// lack of free space (a snapshot is then asked for), 503 and fencing when the WAL is
 // fenced, 500 otherwise. Nothing cancels the wait: a batch in flight
 // finishes and is answered even when its client goes away or the server is
 // shutting down (fasthttp ends a request's context then).
@@ -107,6 +108,9 @@ func (s *Server) appendEvents(st Store, events []engine.Event) (index uint64, re
 			results = make([]error, len(events))
 		}
 		return index, results, nil
+	case errors.Is(err, wal.ErrOverloaded) && lowSpace(st):
+		s.snaps.poke()
+		return fail(retryReply("ingest paused, retry later: " + err.Error()))
 	case errors.Is(err, wal.ErrOverloaded):
 		return fail(retryReply("overloaded, retry later: " + err.Error()))
 	case errors.Is(err, wal.ErrFenced):

@@ -73,6 +73,12 @@ func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) {
 	}
 	phase, _ := s.Status()
 	stats := st.Index().Stats()
+	var free, floor int64
+	if g, ok := st.(spaceGuard); ok {
+		if f, fl, checked := g.FreeSpace(); checked {
+			free, floor = f, fl
+		}
+	}
 	writeValue(w, http.StatusOK, statsJSON{
 		Entries:           stats.Entries,
 		HolderBlocks:      stats.HolderBlocks,
@@ -82,6 +88,9 @@ func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) {
 		WALLastIndex:      last,
 		AppliedIndex:      applied,
 		WALFenced:         phase == Fenced,
+		IngestPaused:      lowSpace(st),
+		DiskFreeBytes:     free,
+		DiskFloorBytes:    floor,
 		SnapshotLastIndex: snapIndex,
 		SnapshotLastTime:  snapTime,
 	})

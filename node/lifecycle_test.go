@@ -441,3 +441,54 @@ func TestAppendAfterDrainRefused(t *testing.T) {
 		t.Fatalf("%d appends, %d counted, want none", a, srv.appending.Load())
 	}
 }
+
+// While the store pauses appends for lack of free space, event posts get
+// 503 with Retry-After (nothing taken), the loop takes a snapshot (once:
+// its retention is what may free WAL segments), sources' appends do the
+// same, and stats and metrics report the pause; posts are taken again as
+// soon as the store resumes.
+func TestIngestPausesWhileSpaceIsLow(t *testing.T) {
+	srv, st := newServerOnFake(Config{SnapshotEveryEvents: 1000, SnapshotRetry: 20 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go srv.snaps.loop(ctx)
+	e := &testEnv{srv: srv, store: st, url: serveFront(t, srv)}
+
+	e.do(t, "POST", "/v1/events", stored(0, 1, "null", 1)).want(t, 200)
+	st.lowSpace.Store(true)
+	r := e.do(t, "POST", "/v1/events", stored(0, 2, "1", 2)).want(t, 503)
+	if r.header.Get("Retry-After") == "" || !strings.Contains(string(r.body), "ingest paused") || !strings.Contains(string(r.body), "MiB free") {
+		t.Fatalf("paused post: Retry-After %q, body %s", r.header.Get("Retry-After"), r.body)
+	}
+	waitFor(t, "a snapshot while appends pause", func() bool { _, n := st.counts(); return n == 1 })
+	// Nothing changed since: no second snapshot, however often posts come.
+	for range 3 {
+		e.do(t, "POST", "/v1/events", stored(0, 2, "1", 2)).want(t, 503)
+	}
+	src := srv.SourceStore(st)
+	ev := []engine.Event{{Worker: engine.WorkerKey{WorkerID: 1}, Kind: engine.KindCleared}}
+	if _, _, err := src.Append(ctx, ev, nil); !errors.Is(err, wal.ErrOverloaded) {
+		t.Fatalf("source append while paused: %v, want wal.ErrOverloaded", err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if appends, n := st.counts(); n != 1 || appends != 1 {
+		t.Fatalf("%d snapshots and %d appends while paused, want 1 and 1", n, appends)
+	}
+	var stats statsJSON
+	e.do(t, "GET", "/v1/stats", "").want(t, 200).decode(t, &stats)
+	if !stats.IngestPaused || stats.DiskFreeBytes != 1<<20 || stats.DiskFloorBytes != 9<<20 {
+		t.Fatalf("stats while paused: paused %v, free %d, floor %d", stats.IngestPaused, stats.DiskFreeBytes, stats.DiskFloorBytes)
+	}
+	metrics := string(e.do(t, "GET", "/metrics", "").body)
+	for _, m := range []string{"kvidx_ingest_paused_low_space 1", "kvidx_disk_free_bytes 1.048576e+06", "kvidx_disk_floor_bytes 9.437184e+06"} {
+		if !strings.Contains(metrics, m) {
+			t.Errorf("metrics lack %q", m)
+		}
+	}
+
+	st.lowSpace.Store(false)
+	e.do(t, "POST", "/v1/events", stored(0, 2, "1", 2)).want(t, 200)
+	if !strings.Contains(string(e.do(t, "GET", "/metrics", "").body), "kvidx_ingest_paused_low_space 0") {
+		t.Error("metrics still report the pause")
+	}
+}

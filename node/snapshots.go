@@ -31,10 +31,15 @@ func newSnapshotter(s *Server) *snapshotter {
 func (sn *snapshotter) appended(n int) {
 	every := sn.s.cfg.SnapshotEveryEvents
 	if every > 0 && sn.pending.Add(uint64(n)) >= every {
-		select {
-		case sn.trigger <- struct{}{}:
-		default:
-		}
+		sn.poke()
+	}
+}
+
+// poke wakes the loop to check whether a snapshot is due.
+func (sn *snapshotter) poke() {
+	select {
+	case sn.trigger <- struct{}{}:
+	default:
 	}
 }
 
@@ -71,6 +76,11 @@ func (sn *snapshotter) due(now time.Time) bool {
 	}
 	cfg := &sn.s.cfg
 	if cfg.SnapshotEveryEvents > 0 && sn.pending.Load() >= cfg.SnapshotEveryEvents {
+		return true
+	}
+	// Appends pause while the disk is nearly full: a snapshot lets the WAL
+	// be truncated and the oldest snapshot go, which may end the pause.
+	if st := sn.s.currentStore(); st != nil && lowSpace(st) {
 		return true
 	}
 	sn.mu.Lock()
@@ -143,7 +153,11 @@ func (sn *snapshotter) loop(ctx context.Context) {
 		if now.Before(notBefore) || !sn.due(now) {
 			continue
 		}
-		if _, _, err := sn.take(ctx, "periodic"); err != nil {
+		why := "periodic"
+		if st := sn.s.currentStore(); st != nil && lowSpace(st) {
+			why = "free space low"
+		}
+		if _, _, err := sn.take(ctx, why); err != nil {
 			if ctx.Err() != nil {
 				return
 			}

@@ -17,8 +17,9 @@ type Store interface {
 	// durable under the sync policy. It returns the WAL index of the entry
 	// holding them and results[i], the engine's Apply error for events[i]
 	// (nil when applied). err wraps wal.ErrOverloaded when the commit queue
-	// is full and wal.ErrFenced after a write or fsync failure; then nothing
-	// of the batch was acknowledged.
+	// is full or appends pause while the disk is nearly full, and
+	// wal.ErrFenced after a write or fsync failure; then nothing of the
+	// batch was acknowledged.
 	Append(ctx context.Context, events []engine.Event, positions []wal.Position) (index uint64, results []error, err error)
 	// Snapshot writes and publishes a snapshot of the index, returning its
 	// file and the WAL index it covers. A path with an error: the snapshot
@@ -30,6 +31,23 @@ type Store interface {
 	WALStats() wal.Stats
 	// WALRange returns the first and last index in the WAL (0, 0 when empty).
 	WALRange() (first, last uint64, err error)
+}
+
+// spaceGuard is a Store that pauses appends while its disk is nearly full
+// (recovery.Store does): the snapshotter then takes a snapshot, whose
+// retention may truncate the WAL, and the metrics and stats report it.
+type spaceGuard interface {
+	// LowSpace reports whether appends are paused.
+	LowSpace() bool
+	// FreeSpace returns the free bytes last read and the floor below
+	// which appends pause; checked is false when they were never read.
+	FreeSpace() (free, floor int64, checked bool)
+}
+
+// lowSpace reports whether st pauses appends for lack of free space.
+func lowSpace(st Store) bool {
+	g, ok := st.(spaceGuard)
+	return ok && g.LowSpace()
 }
 
 // SourceStore is the store an event source (ZMQ, NATS) appends through: the
@@ -53,6 +71,8 @@ func (ss *SourceStore) Append(ctx context.Context, events []engine.Event, positi
 		ss.srv.snaps.appended(len(events))
 	case errors.Is(err, wal.ErrFenced):
 		ss.srv.SetFenced(err)
+	case errors.Is(err, wal.ErrOverloaded) && lowSpace(ss.st):
+		ss.srv.snaps.poke()
 	}
 	return index, results, err
 }

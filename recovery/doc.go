@@ -57,4 +57,11 @@
 // always fall back to the previous one (K >= 2) with a longer replay. A
 // Snapshot when nothing was applied since the last snapshot this Store wrote
 // or loaded returns that snapshot without writing.
+//
+// Appends pause, failing with [ErrLowSpace] (a retriable [wal.ErrOverloaded]),
+// while the WAL's filesystem has less free space than a snapshot of the
+// index needs plus room for the WAL's next entries: a WAL that filled the
+// disk would fence the log until a restart, while a paused store resumes
+// by itself once space is back, and still has room for the snapshot whose
+// retention may free it.
 package recovery

@@ -195,12 +195,14 @@ func TestDataDirPartRefused(t *testing.T) {
 // A snapshot that would leave no room for the WAL is not written: it
 // filled the disk, if only until its temporary file was removed, a WAL
 // append failed meanwhile, and the log was fenced (found by review). The
-// store goes on appending, and snapshots once there is room.
+// store pauses appends (see TestAppendsPauseWhileSpaceIsLow), and
+// snapshots once there is room.
 func TestSnapshotNeedsRoom(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	s := mustOpen(t, dir, testOptions())
 	defer s.Close()
+	s.space.every = 0
 	for _, b := range batches(5, 1, 40) {
 		mustAppend(t, s, b)
 	}
@@ -211,8 +213,11 @@ func TestSnapshotNeedsRoom(t *testing.T) {
 	if ents, _ := os.ReadDir(filepath.Join(dir, SnapshotDirName)); len(ents) != 0 {
 		t.Fatalf("snapshot dir holds %v", ents)
 	}
-	mustAppend(t, s, genBatch(5, 41))
+	if _, _, err := s.Append(ctx, genBatch(5, 41), nil); !errors.Is(err, ErrLowSpace) {
+		t.Fatalf("append on a full disk: %v, want ErrLowSpace", err)
+	}
 	s.freeSpace = freeBytes
+	mustAppend(t, s, genBatch(5, 41))
 	if _, idx, err := s.Snapshot(ctx); err != nil || idx != 41 {
 		t.Fatalf("snapshot with room: %d, %v", idx, err)
 	}
@@ -444,14 +449,14 @@ func TestMisnamedSnapshotNeededNamesTheRename(t *testing.T) {
 func TestSnapshotRoomEstimate(t *testing.T) {
 	s := &Store{dir: "d", snapDir: "d/snapshots"}
 	s.freeSpace = func(string) (int64, error) { return 30 << 20, nil }
-	s.lastSize = snapshotSize{bytes: 1 << 20, entries: 10_000, holderBlocks: 640_000}
+	s.lastSize.Store(&snapshotSize{bytes: 1 << 20, entries: 10_000, holderBlocks: 640_000})
 	if err := s.roomFor(10_000, 700_000); err != nil {
 		t.Fatalf("a little more of the same: %v", err)
 	}
 	if err := s.roomFor(510_000, 1_140_000); !errors.Is(err, ErrNoSpace) {
 		t.Fatalf("51 times the entries in 30 MiB: %v, want ErrNoSpace", err)
 	}
-	s.lastSize = snapshotSize{}
+	s.lastSize.Store(nil)
 	if err := s.roomFor(600_000, 600_000); !errors.Is(err, ErrNoSpace) {
 		t.Fatalf("no snapshot seen, 600k holder-blocks in 30 MiB: %v, want ErrNoSpace", err)
 	}

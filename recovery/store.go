@@ -125,8 +125,10 @@ type Store struct {
 	// (freeBytes; tests replace it).
 	freeSpace func(dir string) (int64, error)
 	// lastSize is the size of the last snapshot written or loaded (see
-	// roomFor). Guarded by snapMu.
-	lastSize snapshotSize
+	// roomFor); nil before the first.
+	lastSize atomic.Pointer[snapshotSize]
+	// space pauses appends while free space is low (see appendRoom).
+	space spaceGuard
 }
 
 // Open opens the data directory dir, creating it if needed, recovers its
@@ -159,6 +161,7 @@ func Open(ctx context.Context, dir string, opts Options) (_ *Store, err error) {
 
 		freeSpace: freeBytes,
 	}
+	s.space.every = spaceCheckEvery
 	// Refuse a newer format before touching anything.
 	if _, err := CheckFormat(dir); err != nil {
 		return nil, err
@@ -283,10 +286,15 @@ func mergePosition(ps []wal.Position, p wal.Position) []wal.Position {
 // the WAL and applies it to the index before returning: durable under the
 // sync policy, in commit order. results holds one entry per event, the
 // error the index rejected it with (nil when none was rejected). The caller
-// must not modify events until Append returns.
+// must not modify events until Append returns. While the WAL's filesystem
+// is nearly full, Append takes nothing and fails with an error wrapping
+// [ErrLowSpace] (and so [wal.ErrOverloaded]): retry later.
 func (s *Store) Append(ctx context.Context, events []engine.Event, positions []wal.Position) (index uint64, results []error, err error) {
 	if s.closed.Load() {
 		return 0, nil, fmt.Errorf("data dir %s: %w", s.dir, wal.ErrClosed)
+	}
+	if err := s.appendRoom(); err != nil {
+		return 0, nil, err
 	}
 	return s.log.AppendResults(ctx, events, positions)
 }
