@@ -25,7 +25,7 @@ type fakeStore struct {
 	snapIndex uint64
 
 	overloaded atomic.Bool
-	lowSpace   atomic.Bool // appends pause as recovery.Store's do on a nearly full disk
+	lowSpace   atomic.Bool   // appends pause as recovery.Store's do on a nearly full disk
 	failFence  atomic.Bool   // the next Append fails and fences
 	hold       chan struct{} // when set, Append waits for it to be closed
 	snapErr    atomic.Value  // error (wrapped in errBox) or nil
