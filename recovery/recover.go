@@ -114,7 +114,7 @@ func (s *Store) recover(ctx context.Context) error {
 		if contig > 1 {
 			spans := make([]Span, len(gaps))
 			for i, g := range gaps {
-				spans[i] = Span{g.From, g.To, g.Keep}
+				spans[i] = Span{From: g.From, To: g.To, Keep: g.Keep, Stray: g.Stray}
 			}
 			return refuse(NoSnapshotRefusal(s.dir, all, first, last, contig, spans))
 		}
@@ -349,10 +349,13 @@ func misnamed(metaIndex uint64, f snapshot.File) string {
 	return fmt.Sprintf("its meta says WAL index %d, its name %d", metaIndex, f.Index)
 }
 
-// Span is a run of WAL entries From..To (a gap: missing or unreadable).
 // Span is a gap in the WAL: entries From..To missing or unreadable, Keep
-// the last entry a cut after keeps (see wal.Gap).
-type Span struct{ From, To, Keep uint64 }
+// the last entry a cut after keeps, Stray the bytes whose removal closes
+// it (see wal.Gap).
+type Span struct {
+	From, To, Keep uint64
+	Stray          int64
+}
 
 // NoSnapshotRefusal is why a data directory is refused when no snapshot
 // is usable and the WAL, first..last, is whole only from contig > 1 on
@@ -369,6 +372,9 @@ func NoSnapshotRefusal(dataDir string, snaps []snapshot.File, first, last, conti
 			return fmt.Sprintf("no usable snapshot, but snapshot %s is misnamed (%s): if it is good, renamed %s it is the snapshot recovery needs",
 				filepath.Base(f.Path), why, snapshot.FileName(m))
 		}
+	}
+	if msg := strayRefusal(dataDir, snaps, first, gaps); msg != "" {
+		return msg
 	}
 	for _, f := range snaps { // newest first
 		if f.Index+1 < first || f.Index+1 >= contig {
@@ -401,6 +407,37 @@ func NoSnapshotRefusal(dataDir string, snaps []snapshot.File, first, last, conti
 		return "no usable snapshot, and the WAL is not whole from index 1"
 	}
 	return fmt.Sprintf("no usable snapshot, and the WAL does not begin at index 1 (entries 1..%d are gone)", contig-1)
+}
+
+// strayRefusal is NoSnapshotRefusal's way out when every gap is stray
+// bytes after a segment's entries (see wal.StrayBytes) and the WAL, once
+// they are removed, is whole from index 1 or from a snapshot on: a repair
+// that loses nothing. It returns "" otherwise.
+func strayRefusal(dataDir string, snaps []snapshot.File, first uint64, gaps []Span) string {
+	if len(gaps) == 0 {
+		return ""
+	}
+	var (
+		bytes int64
+		runs  []string
+	)
+	for _, g := range gaps {
+		if g.Stray <= 0 {
+			return ""
+		}
+		bytes += g.Stray
+		runs = append(runs, fmt.Sprintf("%d..%d", g.From, g.To))
+	}
+	reaches := first == 1
+	for _, f := range snaps {
+		reaches = reaches || f.Index+1 >= first
+	}
+	if !reaches {
+		return ""
+	}
+	return fmt.Sprintf("no usable snapshot, and the WAL is not whole: entries %s are unreadable only because %d stray byte(s) follow the entries of the segment(s) holding them, "+
+		"which hold every entry they should; kvidx wal repair %s --trim-stray --yes removes those bytes (a copy kept), losing nothing, and recovery then goes on",
+		strings.Join(runs, ", "), bytes, wal.ShellArg(dataDir))
 }
 
 // EndProof returns the newest of snaps (newest first, as snapshot.List

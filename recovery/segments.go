@@ -16,6 +16,7 @@ import (
 type walGap struct {
 	From, To uint64 // missing or unreadable entries From..To
 	Keep     uint64 // the last entry a cut after keeps (see wal.Gap)
+	Stray    int64  // bytes whose removal closes the gap (see wal.StrayBytes)
 	Desc     string
 }
 
@@ -83,21 +84,25 @@ func findGaps(dir string) ([]walGap, error) {
 		}
 		n, off, ok := countFrames(b)
 		end := s.index + n // first index after the segment's entries
+		var stray int64
+		if !ok || end > next.index {
+			stray = wal.StrayBytes(b, s.index, next.index)
+		}
 		switch {
 		case !ok:
 			// tidwall/wal reads a segment before the last whole, and a
 			// break anywhere in it fails every one of its entries.
-			gaps = append(gaps, walGap{From: s.index, To: next.index - 1, Keep: s.index + min(n, wal.ValidPrefix(b, s.index)) - 1, Desc: fmt.Sprintf(
-				"segment %s: framing breaks at byte %d of %d after %d entries: its entries %d..%d are unreadable",
-				s.name, off, len(b), n, s.index, next.index-1)})
+			gaps = append(gaps, walGap{From: s.index, To: next.index - 1, Keep: s.index + min(n, wal.ValidPrefix(b, s.index)) - 1, Stray: stray, Desc: fmt.Sprintf(
+				"segment %s: framing breaks at byte %d of %d after %d entries: its entries %d..%d are unreadable%s",
+				s.name, off, len(b), n, s.index, next.index-1, wal.StrayNote(stray))})
 		case end < next.index:
 			gaps = append(gaps, walGap{From: end, To: next.index - 1, Keep: end - 1, Desc: fmt.Sprintf(
 				"gap: segment %s holds entries %d..%d but the next segment %s starts at %d: entries %d..%d are missing",
 				s.name, s.index, end-1, next.name, next.index, end, next.index-1)})
 		case end > next.index:
-			gaps = append(gaps, walGap{From: next.index, To: end - 1, Keep: next.index - 1, Desc: fmt.Sprintf(
-				"overlap: segment %s holds entries %d..%d but the next segment %s starts at %d",
-				s.name, s.index, end-1, next.name, next.index)})
+			gaps = append(gaps, walGap{From: next.index, To: end - 1, Keep: next.index - 1, Stray: stray, Desc: fmt.Sprintf(
+				"overlap: segment %s holds entries %d..%d but the next segment %s starts at %d%s",
+				s.name, s.index, end-1, next.name, next.index, wal.StrayNote(stray))})
 		}
 	}
 	return gaps, nil

@@ -74,8 +74,13 @@ type Layout struct {
 // --truncate-after Keep) leaves the log whole up to it: From-1, or, where a
 // segment's framing breaks after whole entries that tidwall/wal cannot read
 // only because of what follows them, the last of those.
+//
+// Stray, when not 0, is how many stray bytes end the segment that breaks
+// (see StrayBytes): [RepairTrimStray] (kvidx wal repair --trim-stray)
+// removes them and closes the gap, losing nothing.
 type Gap struct {
 	From, To, Keep uint64
+	Stray          int64
 	Desc           string
 }
 
@@ -262,6 +267,7 @@ func walkOnce(dir string, from, to uint64, fn func(Entry) error) (lay Layout, va
 		}
 	}
 	next := segs[0].index // index expected at the start of the next segment
+	var prevStray int64   // the previous segment's stray bytes, when it overlaps the next
 	files, err := openSegments(dir, segs)
 	if err != nil {
 		return lay, errors.Is(err, os.ErrNotExist), passed, err
@@ -297,9 +303,9 @@ func walkOnce(dir string, from, to uint64, fn func(Entry) error) (lay Layout, va
 					fail("%s", g.Desc)
 				}
 			case next > s.index:
-				g := Gap{From: s.index, To: next - 1, Keep: s.index - 1, Desc: fmt.Sprintf(
-					"overlap: the segment before %s holds entries up to %d but %s starts at %d",
-					s.name, next-1, s.name, s.index)}
+				g := Gap{From: s.index, To: next - 1, Keep: s.index - 1, Stray: prevStray, Desc: fmt.Sprintf(
+					"overlap: the segment before %s holds entries up to %d but %s starts at %d%s",
+					s.name, next-1, s.name, s.index, StrayNote(prevStray))}
 				lay.Gaps = append(lay.Gaps, g)
 				if inRange(g.From, g.To) {
 					fail("%s", g.Desc)
@@ -318,9 +324,10 @@ func walkOnce(dir string, from, to uint64, fn func(Entry) error) (lay Layout, va
 				end := segs[si+1].index
 				lay.Damage = append(lay.Damage, Damage{Segment: s.name, Offset: int64(boff), Index: s.index,
 					Desc: fmt.Sprintf("tidwall/wal framing breaks at byte %d of %d after %d whole entries: tidwall/wal reads the segment whole, so none of them can be read", boff, len(data), whole)})
-				g := Gap{From: s.index, To: end - 1, Keep: s.index + min(whole, ValidPrefix(data, s.index)) - 1, Desc: fmt.Sprintf(
-					"segment %s: framing breaks at byte %d of %d after %d whole entries: entries %d..%d unreadable (tidwall/wal reads a segment whole)",
-					s.name, boff, len(data), whole, s.index, end-1)}
+				stray := StrayBytes(data, s.index, end)
+				g := Gap{From: s.index, To: end - 1, Keep: s.index + min(whole, ValidPrefix(data, s.index)) - 1, Stray: stray, Desc: fmt.Sprintf(
+					"segment %s: framing breaks at byte %d of %d after %d whole entries: entries %d..%d unreadable (tidwall/wal reads a segment whole)%s",
+					s.name, boff, len(data), whole, s.index, end-1, StrayNote(stray))}
 				lay.Gaps = append(lay.Gaps, g)
 				if inRange(g.From, g.To) {
 					fail("%s", g.Desc)
@@ -413,6 +420,11 @@ func walkOnce(dir string, from, to uint64, fn func(Entry) error) (lay Layout, va
 			next = segs[si+1].index
 		} else {
 			next = index
+			if next > segs[si+1].index {
+				// Frames past the entries the segment should hold: the
+				// next segment's overlap gap says whether they are stray.
+				prevStray = StrayBytes(data, s.index, segs[si+1].index)
+			}
 		}
 		lay.Segments = append(lay.Segments, info)
 	}

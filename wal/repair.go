@@ -302,16 +302,7 @@ func syncDir(dir string) error {
 // a log refused as missing its newest segments ([MissingTailError]) is
 // accepted as it is with index = its last entry.
 func RepairTruncateAfter(dir string, index uint64, backupDir string) (err error) {
-	// LockDir creates the directory: check first, so a mistyped path is
-	// an error that leaves nothing behind (not an empty dir/LOCK).
-	fi, err := os.Stat(dir)
-	if err != nil {
-		return fmt.Errorf("wal %s: %w", dir, err)
-	}
-	if !fi.IsDir() {
-		return fmt.Errorf("wal %s: not a directory", dir)
-	}
-	lock, err := LockDir(dir)
+	lock, segs, err := lockForRepair(dir)
 	if err != nil {
 		return err
 	}
@@ -320,15 +311,6 @@ func RepairTruncateAfter(dir string, index uint64, backupDir string) (err error)
 			err = uerr
 		}
 	}()
-	segs, err := listSegments(dir)
-	if err != nil {
-		return fmt.Errorf("wal %s: %w", dir, err)
-	}
-	for _, s := range segs {
-		if s.kind != "" {
-			return fmt.Errorf("wal %s: segment %s: an interrupted truncation is pending; open the log once (or finish it by hand) first: %w", dir, s.name, ErrCorrupt)
-		}
-	}
 	if len(segs) == 0 {
 		if mark, err := readTailMark(dir); err == nil && mark > 0 && index == 0 {
 			// Every segment file is gone (see MissingTailError): the
@@ -429,6 +411,37 @@ func RepairTruncateAfter(dir string, index uint64, backupDir string) (err error)
 		return fmt.Errorf("wal %s: segment %s offset %d: %w", dir, seg.name, off, err)
 	}
 	return syncDir(dir)
+}
+
+// lockForRepair takes the lock of the log directory dir for a repair and
+// lists its segments, refusing a directory that does not exist and a log
+// with an interrupted truncation pending.
+func lockForRepair(dir string) (*DirLock, []segFile, error) {
+	// LockDir creates the directory: check first, so a mistyped path is
+	// an error that leaves nothing behind (not an empty dir/LOCK).
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("wal %s: %w", dir, err)
+	}
+	if !fi.IsDir() {
+		return nil, nil, fmt.Errorf("wal %s: not a directory", dir)
+	}
+	lock, err := LockDir(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	segs, err := listSegments(dir)
+	if err != nil {
+		lock.Unlock()
+		return nil, nil, fmt.Errorf("wal %s: %w", dir, err)
+	}
+	for _, s := range segs {
+		if s.kind != "" {
+			lock.Unlock()
+			return nil, nil, fmt.Errorf("wal %s: segment %s: an interrupted truncation is pending; open the log once (or finish it by hand) first: %w", dir, s.name, ErrCorrupt)
+		}
+	}
+	return lock, segs, nil
 }
 
 func truncateSync(path string, size int64) error {
@@ -675,14 +688,7 @@ func repairTruncateBefore(dir string, index uint64, backupDir string, dropUnloca
 			crash(step, path)
 		}
 	}
-	fi, err := os.Stat(dir)
-	if err != nil {
-		return 0, fmt.Errorf("wal %s: %w", dir, err)
-	}
-	if !fi.IsDir() {
-		return 0, fmt.Errorf("wal %s: not a directory", dir)
-	}
-	lock, err := LockDir(dir)
+	lock, segs, err := lockForRepair(dir)
 	if err != nil {
 		return 0, err
 	}
@@ -691,15 +697,6 @@ func repairTruncateBefore(dir string, index uint64, backupDir string, dropUnloca
 			err = uerr
 		}
 	}()
-	segs, err := listSegments(dir)
-	if err != nil {
-		return 0, fmt.Errorf("wal %s: %w", dir, err)
-	}
-	for _, s := range segs {
-		if s.kind != "" {
-			return 0, fmt.Errorf("wal %s: segment %s: an interrupted truncation is pending; open the log once (or finish it by hand) first: %w", dir, s.name, ErrCorrupt)
-		}
-	}
 	if len(segs) == 0 {
 		// An empty log (its segments lost, or never written) continues at
 		// index: nothing to back up or remove.

@@ -32,11 +32,12 @@ func newWALRepairCmd() *cobra.Command {
 	var (
 		after, before uint64
 		yes, drop     bool
+		trim          bool
 		backup        string
 	)
 	cmd := &cobra.Command{
-		Use:   "repair DATA_DIR (--truncate-after INDEX | --truncate-before INDEX) --yes",
-		Short: "Cut a log damaged in the middle, after or before a given entry",
+		Use:   "repair DATA_DIR (--truncate-after INDEX | --truncate-before INDEX | --trim-stray) --yes",
+		Short: "Cut a log damaged in the middle, after or before a given entry, or trim stray bytes",
 		Long: `Repair cuts the write-ahead log of DATA_DIR (its wal/ directory). kvidx
 repairs a torn tail by itself when it opens a log; it refuses, naming the
 segment, offset and entry, to cut damage that valid entries follow, because
@@ -66,30 +67,47 @@ entries INDEX and later, which the snapshot does not hold, so the repair
 refuses; --drop-unlocated drops them with the rest (a copy kept) when their
 framing breaks for good.
 
+--trim-stray removes stray bytes that follow the entries of a segment other
+than the last, when those entries are every one the segment should hold (the
+next segment's name says which entry comes next) and the bytes hold no valid
+entry: a restart and kvidx wal stat report such a segment as a gap, since
+tidwall/wal cannot read any entry of it, and recovery's refusal names this
+repair. It keeps every entry.
+
 Every segment file the cut changes or deletes is first copied to --backup
 (default DATA_DIR/wal-backup-<time>) and fsynced; nothing is cut otherwise. A
 file already in --backup is never overwritten (the repair refuses, naming it),
 and --backup may not be DATA_DIR/wal itself. Nothing happens without --yes. The data
 directory must not be open in a running kvidx (the command takes its lock).`,
 		Example: `  kvidx wal repair ./kvidx-data --truncate-after 41234 --yes
-  kvidx wal repair ./kvidx-data --truncate-before 50001 --yes`,
+  kvidx wal repair ./kvidx-data --truncate-before 50001 --yes
+  kvidx wal repair ./kvidx-data --trim-stray --yes`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			setAfter, setBefore := cmd.Flags().Changed("truncate-after"), cmd.Flags().Changed("truncate-before")
+			modes := 0
+			for _, set := range []bool{setAfter, setBefore, trim} {
+				if set {
+					modes++
+				}
+			}
 			switch {
-			case setAfter && setBefore:
-				return errors.New("wal repair: give --truncate-after or --truncate-before, not both")
-			case !setAfter && !setBefore:
-				return errors.New("wal repair: --truncate-after INDEX or --truncate-before INDEX is required")
-			case setAfter && cmd.Flags().Changed("drop-unlocated"):
-				return errors.New("wal repair: --drop-unlocated applies to --truncate-before, not to --truncate-after")
+			case modes > 1:
+				return errors.New("wal repair: give one of --truncate-after, --truncate-before and --trim-stray")
+			case modes == 0:
+				return errors.New("wal repair: --truncate-after INDEX, --truncate-before INDEX or --trim-stray is required")
+			case !setBefore && cmd.Flags().Changed("drop-unlocated"):
+				return errors.New("wal repair: --drop-unlocated applies to --truncate-before only")
 			}
 			if !yes {
-				what := fmt.Sprintf("every entry after %d", after)
-				if setBefore {
-					what = fmt.Sprintf("every entry before %d", before)
+				what := fmt.Sprintf("removes every entry after %d", after)
+				switch {
+				case setBefore:
+					what = fmt.Sprintf("removes every entry before %d", before)
+				case trim:
+					what = "trims the stray bytes after the entries of its segments"
 				}
-				return fmt.Errorf("wal repair: this removes %s from %s; run again with --yes to do it", what, args[0])
+				return fmt.Errorf("wal repair: this %s from %s; run again with --yes to do it", what, args[0])
 			}
 			dir, err := walDirOf(args[0])
 			// A lost wal/ is repaired by --truncate-before when a snapshot
@@ -103,6 +121,19 @@ directory must not be open in a running kvidx (the command takes its lock).`,
 				backup = filepath.Join(args[0], "wal-backup-"+time.Now().UTC().Format("20060102T150405Z"))
 			}
 			out := cmd.OutOrStdout()
+			if trim {
+				trimmed, err := wal.RepairTrimStray(dir, backup)
+				if err != nil {
+					return fmt.Errorf("wal repair: %w", err)
+				}
+				for _, t := range trimmed {
+					if _, err := fmt.Fprintf(out, "trimmed %d stray byte(s) off segment %s after its %d entries, all kept\n", t.Bytes, t.Segment, t.Entries); err != nil {
+						return err
+					}
+				}
+				_, err = fmt.Fprintf(out, "the segments as they were are kept in %s\n", backup)
+				return err
+			}
 			if setAfter {
 				// A snapshot past the cut would stop the next start: the WAL
 				// would end before it.
@@ -161,6 +192,7 @@ directory must not be open in a running kvidx (the command takes its lock).`,
 	cmd.Flags().Uint64Var(&after, "truncate-after", 0, "keep entries up to and including this WAL index")
 	cmd.Flags().Uint64Var(&before, "truncate-before", 0, "keep entries from this WAL index on (a snapshot must hold the ones before)")
 	cmd.Flags().BoolVar(&yes, "yes", false, "really cut the log")
+	cmd.Flags().BoolVar(&trim, "trim-stray", false, "remove stray bytes after the entries of segments that hold every entry they should (loses nothing)")
 	cmd.Flags().BoolVar(&drop, "drop-unlocated", false, "with --truncate-before: also drop the entries after a framing break before INDEX, whose indexes cannot be located")
 	cmd.Flags().StringVar(&backup, "backup", "", "directory for copies of the segments the cut changes (default DATA_DIR/wal-backup-<time>)")
 	return cmd

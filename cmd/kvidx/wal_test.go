@@ -40,8 +40,11 @@ func TestWALRepair(t *testing.T) {
 		args    []string
 		wantErr string
 	}{
-		{"no index", []string{"wal", "repair", data, "--yes"}, "--truncate-after INDEX or --truncate-before INDEX is required"},
-		{"both", []string{"wal", "repair", data, "--truncate-after", "3", "--truncate-before", "2", "--yes"}, "not both"},
+		{"no index", []string{"wal", "repair", data, "--yes"}, "--truncate-after INDEX, --truncate-before INDEX or --trim-stray is required"},
+		{"both", []string{"wal", "repair", data, "--truncate-after", "3", "--truncate-before", "2", "--yes"}, "give one of"},
+		{"trim and cut", []string{"wal", "repair", data, "--trim-stray", "--truncate-before", "2", "--yes"}, "give one of"},
+		{"no yes, trim", []string{"wal", "repair", data, "--trim-stray"}, "trims the stray bytes"},
+		{"nothing stray", []string{"wal", "repair", data, "--trim-stray", "--yes"}, "no segment ends in stray bytes"},
 		{"no yes", []string{"wal", "repair", data, "--truncate-after", "3"}, "run again with --yes"},
 		{"no yes, before", []string{"wal", "repair", data, "--truncate-before", "3"}, "every entry before 3"},
 		{"before 0", []string{"wal", "repair", data, "--truncate-before", "0", "--yes"}, "WAL indexes start at 1"},

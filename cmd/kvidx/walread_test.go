@@ -289,3 +289,33 @@ func TestWALRepairAcceptsMissingTail(t *testing.T) {
 		t.Fatalf("dry run after the repair: %v\n%s", err, out)
 	}
 }
+
+// A stray byte after the entries of a middle segment, with no snapshot to
+// start past it: recovery's refusal and the dry run's name --trim-stray,
+// which keeps every entry (the cut they named before dropped every entry
+// after the segment), and the log then replays whole.
+func TestWALRepairTrimsStrayBytes(t *testing.T) {
+	dir, segs := segmentedDataDir(t)
+	f, err := os.OpenFile(filepath.Join(dir, "wal", segs[1]), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write([]byte{'x'})
+	f.Close()
+	want := "kvidx wal repair " + dir + " --trim-stray --yes"
+	if _, err := recovery.Open(context.Background(), dir, recovery.Options{Logger: quietLogger()}); err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("open: %v; want a refusal naming %q", err, want)
+	}
+	out, stderr, err := runKvidx(t, "", "recover", "--data-dir", dir, "--dry-run")
+	if err == nil || !strings.Contains(out+stderr, want) || strings.Contains(out+stderr, "--truncate-after") {
+		t.Fatalf("dry run: %v; want a refusal naming %q and no cut\n%s%s", err, want, out, stderr)
+	}
+	out, _, err = runKvidx(t, "", "wal", "repair", dir, "--trim-stray", "--yes")
+	if err != nil || !strings.Contains(out, "trimmed 1 stray byte(s) off segment "+segs[1]) {
+		t.Fatalf("wal repair --trim-stray: %v, %q", err, out)
+	}
+	out, _, err = runKvidx(t, "", "recover", "--data-dir", dir, "--dry-run")
+	if err != nil || !strings.Contains(out, "1..120 (120)") {
+		t.Fatalf("dry run after the repair: %v; want all 120 entries replayed\n%s", err, out)
+	}
+}
