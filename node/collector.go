@@ -37,7 +37,7 @@ var (
 	descFenced = prometheus.NewDesc("kvidx_wal_fenced",
 		"1 when a WAL write or fsync failed and ingest is refused until restart.", nil, nil)
 	descPaused = prometheus.NewDesc("kvidx_ingest_paused_low_space",
-		"1 while appends are refused because the data directory's filesystem has less free space than kvidx_disk_floor_bytes.", nil, nil)
+		"1 while appends are refused because the WAL's filesystem has less free space than kvidx_disk_floor_bytes.", nil, nil)
 	descDiskFree = prometheus.NewDesc("kvidx_disk_free_bytes",
 		"Free bytes of the WAL's filesystem, as last read (at most every 250 ms, by an append).", nil, nil)
 	descDiskFloor = prometheus.NewDesc("kvidx_disk_floor_bytes",

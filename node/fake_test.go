@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/kvidx/kvidx/engine"
+	"github.com/kvidx/kvidx/recovery"
 	"github.com/kvidx/kvidx/wal"
 )
 
@@ -50,7 +51,7 @@ func (f *fakeStore) Append(ctx context.Context, events []engine.Event, _ []wal.P
 		return 0, nil, fmt.Errorf("fake wal: %w", wal.ErrOverloaded)
 	}
 	if f.lowSpace.Load() {
-		return 0, nil, fmt.Errorf("fake store: 1.0 MiB free, below the 9.0 MiB kept: appends paused while free space is low: %w", wal.ErrOverloaded)
+		return 0, nil, fmt.Errorf("fake store: 1.0 MiB free, below the 9.0 MiB kept: %w", recovery.ErrLowSpace)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvidx/kvidx/engine"
 	"github.com/kvidx/kvidx/eventjson"
+	"github.com/kvidx/kvidx/recovery"
 	"github.com/kvidx/kvidx/wal"
 )
 
@@ -108,7 +109,7 @@ func (s *Server) appendEvents(st Store, events []engine.Event) (index uint64, re
 			results = make([]error, len(events))
 		}
 		return index, results, nil
-	case errors.Is(err, wal.ErrOverloaded) && lowSpace(st):
+	case errors.Is(err, recovery.ErrLowSpace):
 		s.snaps.poke()
 		return fail(retryReply("ingest paused, retry later: " + err.Error()))
 	case errors.Is(err, wal.ErrOverloaded):

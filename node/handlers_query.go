@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -122,14 +123,20 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 	phase, reason := s.Status()
 	status := phase.String()
 	if phase == Ready {
-		why := s.sourcesNotReady()
-		if why == "" {
+		switch why := s.sourcesNotReady(); {
+		case why != "":
+			// Recovery is done: "starting" would mislead on a node whose
+			// source dropped hours after it started.
+			status, reason = "sources_not_ready", why
+		case s.lowSpace():
+			// Ingest is refused, as when fenced, until space is back:
+			// the index falls behind its workers meanwhile.
+			free, floor, _ := s.currentStore().(spaceGuard).FreeSpace()
+			status, reason = "ingest_paused", fmt.Sprintf("ingest paused: %.1f MiB free on the WAL's filesystem, below the %.1f MiB kept for the next snapshot and the WAL", float64(free)/(1<<20), float64(floor)/(1<<20))
+		default:
 			writeJSON(w, http.StatusOK, []byte(`{"status":"ready"}`+"\n"))
 			return
 		}
-		// Recovery is done: "starting" would mislead on a node whose
-		// source dropped hours after it started.
-		status, reason = "sources_not_ready", why
 	}
 	writeValue(w, http.StatusServiceUnavailable, struct {
 		Status string `json:"status"`

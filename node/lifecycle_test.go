@@ -479,6 +479,11 @@ func TestIngestPausesWhileSpaceIsLow(t *testing.T) {
 	if !stats.IngestPaused || stats.DiskFreeBytes != 1<<20 || stats.DiskFloorBytes != 9<<20 {
 		t.Fatalf("stats while paused: paused %v, free %d, floor %d", stats.IngestPaused, stats.DiskFreeBytes, stats.DiskFloorBytes)
 	}
+	var ready struct{ Status, Error string }
+	e.do(t, "GET", "/readyz", "").want(t, 503).decode(t, &ready)
+	if ready.Status != "ingest_paused" || !strings.Contains(ready.Error, "MiB free") {
+		t.Fatalf("readyz while paused: %+v", ready)
+	}
 	metrics := string(e.do(t, "GET", "/metrics", "").body)
 	for _, m := range []string{"kvidx_ingest_paused_low_space 1", "kvidx_disk_free_bytes 1.048576e+06", "kvidx_disk_floor_bytes 9.437184e+06"} {
 		if !strings.Contains(metrics, m) {
@@ -487,6 +492,7 @@ func TestIngestPausesWhileSpaceIsLow(t *testing.T) {
 	}
 
 	st.lowSpace.Store(false)
+	e.do(t, "GET", "/readyz", "").want(t, 200)
 	e.do(t, "POST", "/v1/events", stored(0, 2, "1", 2)).want(t, 200)
 	if !strings.Contains(string(e.do(t, "GET", "/metrics", "").body), "kvidx_ingest_paused_low_space 0") {
 		t.Error("metrics still report the pause")

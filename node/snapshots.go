@@ -80,7 +80,7 @@ func (sn *snapshotter) due(now time.Time) bool {
 	}
 	// Appends pause while the disk is nearly full: a snapshot lets the WAL
 	// be truncated and the oldest snapshot go, which may end the pause.
-	if st := sn.s.currentStore(); st != nil && lowSpace(st) {
+	if sn.s.lowSpace() {
 		return true
 	}
 	sn.mu.Lock()
@@ -154,7 +154,7 @@ func (sn *snapshotter) loop(ctx context.Context) {
 			continue
 		}
 		why := "periodic"
-		if st := sn.s.currentStore(); st != nil && lowSpace(st) {
+		if sn.s.lowSpace() {
 			why = "free space low"
 		}
 		if _, _, err := sn.take(ctx, why); err != nil {

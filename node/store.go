@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/kvidx/kvidx/engine"
+	"github.com/kvidx/kvidx/recovery"
 	"github.com/kvidx/kvidx/wal"
 )
 
@@ -17,9 +18,9 @@ type Store interface {
 	// durable under the sync policy. It returns the WAL index of the entry
 	// holding them and results[i], the engine's Apply error for events[i]
 	// (nil when applied). err wraps wal.ErrOverloaded when the commit queue
-	// is full or appends pause while the disk is nearly full, and
-	// wal.ErrFenced after a write or fsync failure; then nothing of the
-	// batch was acknowledged.
+	// is full or appends pause while the disk is nearly full (then it
+	// wraps recovery.ErrLowSpace too), and wal.ErrFenced after a write or
+	// fsync failure; then nothing of the batch was acknowledged.
 	Append(ctx context.Context, events []engine.Event, positions []wal.Position) (index uint64, results []error, err error)
 	// Snapshot writes and publishes a snapshot of the index, returning its
 	// file and the WAL index it covers. A path with an error: the snapshot
@@ -37,7 +38,8 @@ type Store interface {
 // (recovery.Store does): the snapshotter then takes a snapshot, whose
 // retention may truncate the WAL, and the metrics and stats report it.
 type spaceGuard interface {
-	// LowSpace reports whether appends are paused.
+	// LowSpace reports whether appends are paused (reading the free space
+	// when a reading is due).
 	LowSpace() bool
 	// FreeSpace returns the free bytes last read and the floor below
 	// which appends pause; checked is false when they were never read.
@@ -48,6 +50,13 @@ type spaceGuard interface {
 func lowSpace(st Store) bool {
 	g, ok := st.(spaceGuard)
 	return ok && g.LowSpace()
+}
+
+// lowSpace reports whether the server's store pauses appends for lack of
+// free space.
+func (s *Server) lowSpace() bool {
+	st := s.currentStore()
+	return st != nil && lowSpace(st)
 }
 
 // SourceStore is the store an event source (ZMQ, NATS) appends through: the
@@ -71,7 +80,7 @@ func (ss *SourceStore) Append(ctx context.Context, events []engine.Event, positi
 		ss.srv.snaps.appended(len(events))
 	case errors.Is(err, wal.ErrFenced):
 		ss.srv.SetFenced(err)
-	case errors.Is(err, wal.ErrOverloaded) && lowSpace(ss.st):
+	case errors.Is(err, recovery.ErrLowSpace):
 		ss.srv.snaps.poke()
 	}
 	return index, results, err

@@ -450,14 +450,14 @@ func TestSnapshotRoomEstimate(t *testing.T) {
 	s := &Store{dir: "d", snapDir: "d/snapshots"}
 	s.freeSpace = func(string) (int64, error) { return 30 << 20, nil }
 	s.lastSize.Store(&snapshotSize{bytes: 1 << 20, entries: 10_000, holderBlocks: 640_000})
-	if err := s.roomFor(10_000, 700_000); err != nil {
+	if _, _, err := s.roomFor(10_000, 700_000); err != nil {
 		t.Fatalf("a little more of the same: %v", err)
 	}
-	if err := s.roomFor(510_000, 1_140_000); !errors.Is(err, ErrNoSpace) {
+	if _, _, err := s.roomFor(510_000, 1_140_000); !errors.Is(err, ErrNoSpace) {
 		t.Fatalf("51 times the entries in 30 MiB: %v, want ErrNoSpace", err)
 	}
 	s.lastSize.Store(nil)
-	if err := s.roomFor(600_000, 600_000); !errors.Is(err, ErrNoSpace) {
+	if _, _, err := s.roomFor(600_000, 600_000); !errors.Is(err, ErrNoSpace) {
 		t.Fatalf("no snapshot seen, 600k holder-blocks in 30 MiB: %v, want ErrNoSpace", err)
 	}
 }

@@ -3,13 +3,16 @@ package recovery
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kvidx/kvidx/engine"
 	"github.com/kvidx/kvidx/wal"
 )
 
@@ -43,16 +46,19 @@ type snapshotSize struct {
 // makes the append that needs a block then fail, and a failed write fences
 // the log, so that the node acknowledges nothing more until a restart. A
 // filesystem whose free space cannot be read is not checked.
-func (s *Store) roomFor(entries, holderBlocks int) error {
-	free, err := s.freeSpace(s.snapDir)
+//
+// It returns the free space it read and the need it compared with it (0,
+// 0 when it could not read the free space).
+func (s *Store) roomFor(entries, holderBlocks int) (free, need int64, err error) {
+	free, err = s.freeSpace(s.snapDir)
 	if err != nil {
-		return nil
+		return 0, 0, nil
 	}
-	if need := s.snapshotNeed(entries, holderBlocks); free < need {
-		return fmt.Errorf("data dir %s: a snapshot of %d holder-blocks was not written: it needs about %.1f MiB with room left for the WAL, and %.1f MiB are free on the filesystem of %s: %w",
+	if need = s.snapshotNeed(entries, holderBlocks); free < need {
+		return free, need, fmt.Errorf("data dir %s: a snapshot of %d holder-blocks was not written: it needs about %.1f MiB with room left for the WAL, and %.1f MiB are free on the filesystem of %s: %w",
 			s.dir, holderBlocks, mib(need), mib(free), s.snapDir, ErrNoSpace)
 	}
-	return nil
+	return free, need, nil
 }
 
 // snapshotNeed is the free space roomFor asks of a snapshot of entries and
@@ -65,7 +71,12 @@ func (s *Store) snapshotNeed(entries, holderBlocks int) int64 {
 		// file's size scaled by the larger of the two growths bounds the
 		// next one: a file of shared blocks says little of its entries'
 		// cost, and a growth in entries must not pass for a small one.
-		est = float64(last.bytes) * max(float64(entries)/float64(last.entries), float64(holderBlocks)/float64(last.holderBlocks))
+		// A small file is mostly bbolt's fixed pages (a snapshot of one
+		// holder-block is some 300 KiB), which do not scale: the bound
+		// per holder-block caps the estimate (found by review: after a
+		// snapshot of a handful of blocks, 200k holder-blocks were
+		// estimated at 66 GB, and the guard paused ingest for good).
+		est = min(est, float64(last.bytes)*max(float64(entries)/float64(last.entries), float64(holderBlocks)/float64(last.holderBlocks)))
 	}
 	return int64(est*1.25) + 1<<20 + s.walAllowance()
 }
@@ -103,76 +114,183 @@ func freeBytes(dir string) (int64, error) {
 	return int64(uint64(st.Bavail) * uint64(st.Bsize)), nil
 }
 
-// Appends stop, with ErrLowSpace, while the WAL's filesystem has less free
-// space than a snapshot of the index needs (see roomFor) plus another WAL
-// allowance. A WAL that filled the disk would fail a write and fence the
-// log, and the node would acknowledge nothing more until a restart; a
-// paused node takes events again as soon as space is back: when an
-// operator frees some, or when a snapshot (which the threshold leaves room
-// for) lets the WAL be truncated and the oldest snapshot be pruned.
+// Appends stop, with ErrLowSpace, before the WAL can fill its filesystem:
+// a WAL write that fails fences the log, and the node acknowledges nothing
+// more until a restart, while a paused node takes events again as soon as
+// space is back (an operator frees some, or a snapshot lets the WAL be
+// truncated and the oldest snapshot be pruned).
 //
-// The free space is read at most every spaceCheckEvery, by whichever
-// append comes first after that: a statfs per batch would cost more than
-// the batch. Between two readings the WAL writes at most a few MB (8.5
-// bytes a stored block at a million block ops a second), within the
-// allowance.
+// The floor kept free is two WAL allowances (see walAllowance) plus, when
+// snapshots share the WAL's filesystem, the room roomFor asks of a
+// snapshot of the index: whenever appends pause, a snapshot still fits,
+// with an allowance left for the WAL while it is written.
+//
+// The free space is read at most every spaceCheckEvery (a statfs per batch
+// would cost more than the batch), and each reading sets a budget: the
+// free space beyond the floor, less what appends admitted and not yet
+// answered may still write. Each append takes from it a bound on what it
+// adds: its entry's bytes (wal.EntryBound) and the growth of the next
+// snapshot's room by its stored blocks. When the budget runs out the free
+// space is read again at once, so concurrent appends cannot pass the floor
+// between two readings.
+//
+// While a snapshot is written its file takes the room the floor kept for
+// it, and a reading would count it twice: from the moment roomFor passes
+// until the snapshot is done, the budget is what its reading left beyond
+// the snapshot and one WAL allowance, and no reading changes it.
 const spaceCheckEvery = 250 * time.Millisecond
 
 // spaceGuard is the state of that check.
 type spaceGuard struct {
-	every       time.Duration // spaceCheckEvery; tests set 0 (every append)
-	next        atomic.Int64  // unix nanoseconds of the next reading
-	checked     atomic.Bool   // the last reading succeeded
+	every time.Duration // spaceCheckEvery; tests set 0 (a reading per append)
+	// base is the origin of next: a monotonic clock, which a step of the
+	// wall clock does not move.
+	base time.Time
+	next atomic.Int64 // nanoseconds after base of the next reading
+	// sharedFS: the snapshot directory is on the WAL's filesystem.
+	sharedFS bool
+
+	mu          sync.Mutex // serialises readings and the snapshot's bracket
+	checked     atomic.Bool
 	low         atomic.Bool
 	free, floor atomic.Int64 // of the last reading
+	budget      atomic.Int64
+	inflight    atomic.Int64 // bounds of appends admitted and not answered
+	snapshot    bool         // a snapshot is being written (guarded by mu)
+}
+
+// initSpace sets the guard up for the store's directories.
+func (s *Store) initSpace() {
+	g := &s.space
+	g.every = spaceCheckEvery
+	g.base = time.Now()
+	g.sharedFS = sameFilesystem(filepath.Join(s.dir, WALDirName), s.snapDir)
+}
+
+// sameFilesystem reports whether a and b are on one filesystem (true when
+// that cannot be told: the guard then keeps room for snapshots too).
+func sameFilesystem(a, b string) bool {
+	var sa, sb unix.Stat_t
+	if unix.Stat(a, &sa) != nil || unix.Stat(b, &sb) != nil {
+		return true
+	}
+	return sa.Dev == sb.Dev
 }
 
 // FreeSpace returns the free bytes of the WAL's filesystem as last read
 // and the floor below which appends pause; checked is false while the
 // free space was never read or cannot be (then appends never pause).
 func (s *Store) FreeSpace() (free, floor int64, checked bool) {
+	s.readSpaceIfDue()
 	g := &s.space
 	return g.free.Load(), g.floor.Load(), g.checked.Load()
 }
 
-// LowSpace reports whether appends are paused for lack of free space.
-func (s *Store) LowSpace() bool { return s.space.low.Load() }
-
-// appendRoom returns ErrLowSpace (wrapped, with the figures) while appends
-// are paused, reading the free space first when it is due.
-func (s *Store) appendRoom() error {
-	g := &s.space
-	now := time.Now().UnixNano()
-	if next := g.next.Load(); now >= next && g.next.CompareAndSwap(next, now+int64(g.every)) {
-		s.checkSpace()
-	}
-	if !g.low.Load() {
-		return nil
-	}
-	return fmt.Errorf("data dir %s: %.1f MiB free on the WAL's filesystem, below the %.1f MiB kept for the next snapshot and the WAL's next entries; free some space (a snapshot, when the index changed, may let the WAL be truncated): %w",
-		s.dir, mib(g.free.Load()), mib(g.floor.Load()), ErrLowSpace)
+// LowSpace reports whether appends are paused for lack of free space,
+// reading the free space first when a reading is due (so that a pause
+// ends, in what the server reports, without an append).
+func (s *Store) LowSpace() bool {
+	s.readSpaceIfDue()
+	return s.space.low.Load()
 }
 
-// checkSpace reads the free space and moves the guard in or out of its
-// paused state, logging each change.
-func (s *Store) checkSpace() {
+// readSpaceIfDue reads the free space when spaceCheckEvery has passed
+// since the last reading.
+func (s *Store) readSpaceIfDue() {
 	g := &s.space
+	now := int64(time.Since(g.base))
+	if next := g.next.Load(); now >= next && g.next.CompareAndSwap(next, now+int64(g.every)) {
+		s.readSpace()
+	}
+}
+
+// appendRoom admits an append that adds at most cost bytes to the WAL's
+// filesystem (see appendCost), or returns ErrLowSpace (wrapped, with the
+// figures). An admitted append must call done when answered.
+func (s *Store) appendRoom(cost int64) (done func(), err error) {
+	g := &s.space
+	s.readSpaceIfDue()
+	admit := func() bool {
+		if g.low.Load() || g.budget.Add(-cost) < 0 {
+			return false
+		}
+		g.inflight.Add(cost)
+		return true
+	}
+	if !admit() {
+		// The budget is spent (or appends pause): read now, whatever the
+		// time since the last reading.
+		s.readSpace()
+		if !admit() {
+			return nil, fmt.Errorf("data dir %s: %.1f MiB free on the WAL's filesystem, and appends stop at %.1f MiB, kept for the next snapshot and the WAL's next entries; free some space (a snapshot, when the index changed, may let the WAL be truncated): %w",
+				s.dir, mib(g.free.Load()), mib(g.floor.Load()), ErrLowSpace)
+		}
+	}
+	return func() { g.inflight.Add(-cost) }, nil
+}
+
+// appendCost bounds what appending events adds to the WAL's filesystem:
+// the entry, and the growth of the next snapshot's room (when snapshots
+// share the filesystem) by the blocks it stores.
+func (s *Store) appendCost(events []engine.Event, positions []wal.Position) int64 {
+	cost := wal.EntryBound(events, positions)
+	if s.space.sharedFS {
+		var blocks int64
+		for i := range events {
+			blocks += int64(len(events[i].Blocks))
+		}
+		cost += int64(float64(blocks) * s.snapshotBytesPerBlock() * 1.25)
+	}
+	return cost
+}
+
+// snapshotBytesPerBlock bounds the growth of a snapshot's size by one more
+// stored block (one more entry and holder-block at most): see
+// snapshotNeed.
+func (s *Store) snapshotBytesPerBlock() float64 {
+	if last := s.lastSize.Load(); last != nil && last.entries > 0 && last.holderBlocks > 0 {
+		return min(maxSnapshotBytesPerHB, float64(last.bytes)/float64(min(last.entries, last.holderBlocks)))
+	}
+	return maxSnapshotBytesPerHB
+}
+
+// readSpace reads the free space and sets the pause and the budget,
+// logging each change of the pause.
+func (s *Store) readSpace() {
+	g := &s.space
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.snapshot {
+		// The snapshot's bracket set the budget (see spaceCheckEvery).
+		s.setLow(g.budget.Load() < 0, g.free.Load(), g.floor.Load())
+		return
+	}
 	free, err := s.freeSpace(filepath.Join(s.dir, WALDirName))
 	if err != nil {
 		// Unreadable: not checked, as roomFor does not check snapshots.
 		g.checked.Store(false)
+		g.budget.Store(math.MaxInt64 / 2)
 		if g.low.Swap(false) {
 			s.logger.Warn("appends resumed: the free space can no longer be read", "err", err)
 		}
 		return
 	}
-	st := s.ix.Stats()
-	floor := s.snapshotNeed(st.Entries, st.HolderBlocks) + s.walAllowance()
+	floor := 2 * s.walAllowance()
+	if g.sharedFS {
+		st := s.ix.Stats()
+		floor = s.snapshotNeed(st.Entries, st.HolderBlocks) + s.walAllowance()
+	}
+	left := free - g.inflight.Load() - floor
 	g.free.Store(free)
 	g.floor.Store(floor)
+	g.budget.Store(left)
 	g.checked.Store(true)
-	low := free < floor
-	if g.low.Swap(low) == low {
+	s.setLow(left < 0, free, floor)
+}
+
+// setLow sets the pause, logging a change. Called with g.mu held.
+func (s *Store) setLow(low bool, free, floor int64) {
+	if s.space.low.Swap(low) == low {
 		return
 	}
 	if low {
@@ -181,4 +299,30 @@ func (s *Store) checkSpace() {
 	} else {
 		s.logger.Info("appends resumed: free space is back", "free_mib", mib(free), "floor_mib", mib(floor))
 	}
+}
+
+// beginSnapshotSpace brackets a snapshot whose room roomFor found in free
+// bytes, needing need (the snapshot and one WAL allowance): appends may
+// take what is left beyond that, and no reading counts the snapshot's file
+// against the floor meanwhile. endSnapshotSpace ends the bracket; the next
+// append reads the free space.
+func (s *Store) beginSnapshotSpace(free, need int64) {
+	g := &s.space
+	if !g.sharedFS {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.snapshot = true
+	left := free - need - g.inflight.Load()
+	g.budget.Store(left)
+	s.setLow(left < 0, g.free.Load(), g.floor.Load())
+}
+
+func (s *Store) endSnapshotSpace() {
+	g := &s.space
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.snapshot = false
+	g.next.Store(0)
 }

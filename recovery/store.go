@@ -161,7 +161,6 @@ func Open(ctx context.Context, dir string, opts Options) (_ *Store, err error) {
 
 		freeSpace: freeBytes,
 	}
-	s.space.every = spaceCheckEvery
 	// Refuse a newer format before touching anything.
 	if _, err := CheckFormat(dir); err != nil {
 		return nil, err
@@ -190,6 +189,7 @@ func Open(ctx context.Context, dir string, opts Options) (_ *Store, err error) {
 	} else if err := os.MkdirAll(s.snapDir, 0o750); err != nil {
 		return nil, fmt.Errorf("data dir %s: %w", dir, err)
 	}
+	s.initSpace()
 	if s.report.TempFilesRemoved, err = snapshot.CleanTemp(s.snapDir); err != nil {
 		return nil, err
 	}
@@ -231,6 +231,7 @@ func Open(ctx context.Context, dir string, opts Options) (_ *Store, err error) {
 		}
 		s.logger.Info("upgraded the data directory's format", "from", v, "to", FormatVersion)
 	}
+	s.readSpace() // for the stats, before any append
 	s.report.Duration = time.Since(start)
 	r := &s.report
 	s.logger.Info("recovered",
@@ -293,9 +294,11 @@ func (s *Store) Append(ctx context.Context, events []engine.Event, positions []w
 	if s.closed.Load() {
 		return 0, nil, fmt.Errorf("data dir %s: %w", s.dir, wal.ErrClosed)
 	}
-	if err := s.appendRoom(); err != nil {
+	done, err := s.appendRoom(s.appendCost(events, positions))
+	if err != nil {
 		return 0, nil, err
 	}
+	defer done()
 	return s.log.AppendResults(ctx, events, positions)
 }
 
@@ -347,9 +350,16 @@ func (s *Store) Snapshot(ctx context.Context) (path string, index uint64, err er
 		return "", 0, fmt.Errorf("data dir %s: snapshot: %w", s.dir, err)
 	}
 	st := f.Stats()
-	if err := s.roomFor(st.Entries, st.HolderBlocks); err != nil {
+	free, need, err := s.roomFor(st.Entries, st.HolderBlocks)
+	if err != nil {
 		f.Release(s.ix)
 		return "", 0, err
+	}
+	if need > 0 {
+		// Until the snapshot is written and the WAL truncated, its file
+		// takes the room the append guard keeps for it.
+		s.beginSnapshotSpace(free, need)
+		defer s.endSnapshotSpace()
 	}
 	s.phase("write", index)
 	start := time.Now()

@@ -159,6 +159,28 @@ func encodeBatch(dst []byte, events []engine.Event, positions []Position) []byte
 	return dst
 }
 
+// EntryBound is an upper bound on the bytes an entry of events and
+// positions takes in a segment file: each varint at its longest, snappy's
+// worst case, the frame and tidwall/wal's length prefix. Callers that must
+// keep room for entries before they are encoded (the free-space guard of
+// package recovery) count with it.
+func EntryBound(events []engine.Event, positions []Position) int64 {
+	raw := int64(binary.MaxVarintLen64)
+	for _, p := range positions {
+		raw += int64(len(p.Source)) + 2*binary.MaxVarintLen64
+	}
+	raw += binary.MaxVarintLen64
+	for i := range events {
+		ev := &events[i]
+		// worker, rank, id, start position, two counts; kind, flags; parent
+		raw += 6*binary.MaxVarintLen64 + 2 + 8
+		raw += 16*int64(len(ev.Blocks)) + 8*int64(len(ev.BlockHashes))
+	}
+	// snappy.MaxEncodedLen's formula, which it only computes for sizes
+	// below 4 GiB.
+	return 32 + raw + raw/6 + frameHeader + 2*binary.MaxVarintLen64
+}
+
 // frame compresses raw, the batch of entry index, into dst (reusing its
 // capacity) and returns the complete entry payload: version, CRC-32C of
 // what follows, the index, the compressed data.

@@ -192,6 +192,33 @@ func (s *Source) Run(ctx context.Context) error {
 	}
 }
 
+// appendBatch appends one batch, retrying with backoff while the store
+// refuses it as overloaded (its commit queue full, or appends paused while
+// its disk is nearly full): the session and the messages fetched stay, where
+// ending the session would report the source disconnected and fetch them
+// again. Other errors, and ctx ending, are returned.
+func (s *Source) appendBatch(ctx context.Context, events []engine.Event, positions []wal.Position) error {
+	backoff := s.minBackoff
+	for refused := false; ; refused = true {
+		_, _, err := s.store.Append(ctx, events, positions)
+		if err == nil || !errors.Is(err, wal.ErrOverloaded) {
+			if err == nil && refused {
+				s.log.Info("the store takes appends again")
+			}
+			return err
+		}
+		if !refused {
+			s.log.Warn("the store refuses appends; retrying the batch", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, s.maxBackoff)
+	}
+}
+
 // session connects and consumes until an error or ctx ends.
 func (s *Source) session(ctx context.Context) error {
 	nc, err := nats.Connect(s.cfg.URL, nats.Name("kvidx"), nats.MaxReconnects(-1))
@@ -468,7 +495,7 @@ func (s *Source) session(ctx context.Context) error {
 		}
 		if lastSeq != 0 {
 			// The events and the position go in one WAL entry: applied exactly once.
-			if _, _, err := s.store.Append(ctx, events, s.positions(lastSeq, info)); err != nil {
+			if err := s.appendBatch(ctx, events, s.positions(lastSeq, info)); err != nil {
 				return fmt.Errorf("appending messages up to %d: %w", lastSeq, err)
 			}
 			s.update(func(st *Status) { st.Applied, st.Lag = lastSeq, pending })
