@@ -23,7 +23,13 @@
 // payload] until seq -1) for everything after it (from 0 with no recorded
 // position). Live batches:
 //
-//   - at or below the last applied sequence: duplicates, dropped;
+//   - at or below the last applied sequence: duplicates, dropped, unless
+//     (live) made after the batch applied last: each batch's ts is
+//     recorded with its sequence, in microseconds, as position
+//     "zmq:<endpoint>#ts", and a later one is a restarted engine's (kvidx
+//     was away while it restarted): the worker is cleared and the new
+//     engine's batches are replayed from 0 (without a replay endpoint,
+//     the ones before are a gap);
 //   - sequence 0 after higher ones: the engine restarted; the worker is
 //     cleared (a Cleared event per DP rank the source has seen; other
 //     sources may feed the worker id's other ranks) in the same Append as

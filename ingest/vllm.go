@@ -35,6 +35,10 @@ type VLLMBatch struct {
 	// block pool's, under the same block hashes, and kvidx indexes what
 	// a worker holds on its GPU.
 	OtherMedium int
+	// TS is the batch's ts (the engine's clock when it made the batch, in
+	// seconds) when it is a number; HasTS tells.
+	TS    float64
+	HasTS bool
 }
 
 // VLLMDecoder decodes vLLM's msgpack KV-event batches (EventBatch /
@@ -105,8 +109,8 @@ func (v *VLLMDecoder) Decode(payload []byte, workerID uint64) (VLLMBatch, error)
 		if n < 2 {
 			return b, decodeErr("batch: array of %d elements, want at least 2", n)
 		}
-		if err := v.skip(); err != nil { // ts
-			return b, wrapErr("batch ts", err)
+		if b.TS, b.HasTS, err = v.ts(); err != nil {
+			return b, err
 		}
 		if evs, b.Unknown, b.OtherMedium, err = v.events(); err != nil {
 			return b, err
@@ -140,6 +144,10 @@ func (v *VLLMDecoder) Decode(payload []byte, workerID uint64) (VLLMBatch, error)
 				haveEvents = true
 			case "data_parallel_rank":
 				if rank, err = v.optUint("data_parallel_rank", math.MaxUint32); err != nil {
+					return b, err
+				}
+			case "ts":
+				if b.TS, b.HasTS, err = v.ts(); err != nil {
 					return b, err
 				}
 			default:
@@ -328,6 +336,69 @@ func (v *VLLMDecoder) optUint(what string, max uint64) (uint64, error) {
 		return 0, v.d.DecodeNil()
 	}
 	return v.uint(what, max)
+}
+
+// TS returns the ts of a batch payload (see VLLMBatch.TS) without decoding
+// its events; ok is false when it has none or the payload is malformed.
+func (v *VLLMDecoder) TS(payload []byte) (ts float64, ok bool) {
+	defer v.trim()
+	v.r.Reset(payload)
+	if v.d == nil {
+		v.d = msgpack.NewDecoder(&v.r)
+	} else {
+		v.d.Reset(&v.r)
+	}
+	c, err := v.d.PeekCode()
+	if err != nil {
+		return 0, false
+	}
+	switch {
+	case isArray(c):
+		if n, err := v.arrayLen(); err != nil || n < 1 {
+			return 0, false
+		}
+		ts, ok, _ = v.ts()
+		return ts, ok
+	case isMap(c):
+		n, err := v.mapLen()
+		if err != nil {
+			return 0, false
+		}
+		for range n {
+			key, err := v.key()
+			if err != nil {
+				return 0, false
+			}
+			if key == "ts" {
+				ts, ok, _ = v.ts()
+				return ts, ok
+			}
+			if v.skip() != nil {
+				return 0, false
+			}
+		}
+	}
+	return 0, false
+}
+
+// ts decodes a batch's ts: a number (float or integer), or anything else,
+// skipped (ok false), as kvidx does not depend on it.
+func (v *VLLMDecoder) ts() (ts float64, ok bool, err error) {
+	c, err := v.d.PeekCode()
+	if err != nil {
+		return 0, false, wrapErr("batch ts", err)
+	}
+	if c != msgpcode.Float && c != msgpcode.Double && !isInt(c) {
+		if err := v.skip(); err != nil {
+			return 0, false, wrapErr("batch ts", err)
+		}
+		return 0, false, nil
+	}
+	ts, err = v.d.DecodeFloat64()
+	if err != nil {
+		return 0, false, wrapErr("batch ts", err)
+	}
+	return ts, !math.IsNaN(ts) && !math.IsInf(ts, 0), nil
 }
 
 func isInt(c byte) bool {

@@ -152,6 +152,13 @@ type ZMQSource struct {
 	// least) tells from the one applied.
 	zeroSum  uint64
 	haveZero bool
+	// lastTS is the ts of batch last in microseconds (0: not known),
+	// recorded with it: a live batch at or below last with a later ts is
+	// a restarted engine's, not a duplicate.
+	lastTS uint64
+	// pendingClear: a restarted engine was found and its batches are being
+	// replayed from 0: the first one applied clears the worker first.
+	pendingClear bool
 }
 
 // maxDPRanks bounds the distinct data_parallel_rank values one source
@@ -219,6 +226,19 @@ func (s *ZMQSource) rankPosition(r uint32) wal.Position {
 	return wal.Position{Source: s.name + rankMark + strconv.FormatUint(uint64(r), 10), Seq: 1}
 }
 
+// tsMark names the position holding the ts of the batch last applied, in
+// microseconds ("zmq:<endpoint>#ts"; 0 when that batch had none).
+const tsMark = "#ts"
+
+// tsMicros is a batch's ts in microseconds, or 0 when it has none (or one
+// before 1970, or past 2^64 µs).
+func tsMicros(b *VLLMBatch) uint64 {
+	if !b.HasTS || b.TS <= 0 || b.TS >= math.MaxUint64/1e6 {
+		return 0
+	}
+	return uint64(b.TS * 1e6)
+}
+
 // rankOf returns the DP rank a position name of this source's records.
 func (s *ZMQSource) rankOf(source string) (uint32, bool) {
 	rest, ok := strings.CutPrefix(source, s.name+rankMark)
@@ -260,8 +280,11 @@ func (s *ZMQSource) Stats() SourceStats {
 func (s *ZMQSource) Run(ctx context.Context) error {
 	_, positions := s.store.Applied()
 	for _, p := range positions {
-		if p.Source == s.name {
+		switch p.Source {
+		case s.name:
 			s.last, s.have = p.Seq, true
+		case s.name + tsMark:
+			s.lastTS = p.Seq
 		}
 		if r, ok := s.rankOf(p.Source); ok && len(s.ranks) < maxDPRanks {
 			s.ranks[r] = struct{}{}
@@ -743,7 +766,12 @@ func (s *ZMQSource) deliver(ctx context.Context, seq uint64, payload []byte, rep
 		s.mu.Unlock()
 	}
 
-	clear := false
+	clear := s.pendingClear
+	if s.have && seq <= s.last && !replayed && s.lastTS != 0 {
+		if ts, ok := s.dec.TS(payload); ok && tsMicros(&VLLMBatch{TS: ts, HasTS: true}) > s.lastTS {
+			return s.restarted(ctx, seq, payload)
+		}
+	}
 	if s.have && seq <= s.last {
 		restartAtZero := seq == 0 && s.last == 0 && !replayed && s.haveZero && xxh3.Hash(payload) != s.zeroSum
 		if !restartAtZero && (seq != 0 || s.last == 0 || replayed) {
@@ -790,7 +818,7 @@ func (s *ZMQSource) deliver(ctx context.Context, seq uint64, payload []byte, rep
 		// batches would be dropped as duplicates.
 		s.fail(ReasonDecode, fmt.Errorf("batch %d: %w (clearing the worker)", seq, err))
 		if s.have && seq <= s.next() {
-			return s.append(ctx, s.clearEvents(nil), seq, true)
+			return s.append(ctx, s.clearEvents(nil), seq, 0, true)
 		}
 		// Its sequence is not taken: nor does it stay the highest received
 		// (counted at arrival, it held Lag near 2^62 for good).
@@ -804,14 +832,14 @@ func (s *ZMQSource) deliver(ctx context.Context, seq uint64, payload []byte, rep
 			// no position to keep.
 			return nil
 		}
-		return s.append(ctx, s.clearEvents(nil), s.last, true)
+		return s.append(ctx, s.clearEvents(nil), s.last, s.lastTS, true)
 	}
 	if _, known := s.ranks[b.DPRank]; !known && len(s.ranks) >= maxDPRanks {
 		// Like an undecodable batch: its events are not applied, and the
 		// rank is not remembered, so the clear stays bounded; since the
 		// batch's effect on the worker is lost, the worker is cleared.
 		s.fail(ReasonDecode, fmt.Errorf("batch %d: data_parallel_rank %d beyond the %d distinct ranks a source accepts (clearing the worker)", seq, b.DPRank, maxDPRanks))
-		return s.append(ctx, s.clearEvents(nil), seq, true)
+		return s.append(ctx, s.clearEvents(nil), seq, tsMicros(&b), true)
 	}
 	if b.Unknown > 0 {
 		s.fail(ReasonUnknown, fmt.Errorf("batch %d: %d events of an unknown class skipped", seq, b.Unknown))
@@ -838,7 +866,34 @@ func (s *ZMQSource) deliver(ctx context.Context, seq uint64, payload []byte, rep
 	if seq == 0 {
 		s.zeroSum, s.haveZero = xxh3.Hash(payload), true
 	}
-	return s.append(ctx, events, seq, clear, rankPos...)
+	return s.append(ctx, events, seq, tsMicros(&b), clear, rankPos...)
+}
+
+// restarted handles live batch seq of an engine that restarted while its
+// batches were not followed (kvidx away, or reconnecting): its sequence
+// is at or below the last one applied, but its ts is later than that
+// batch's, so it is no duplicate. The old engine's blocks are gone: the
+// worker is cleared before the new engine's first batch, which a replay
+// from 0 fetches when the engine has a replay endpoint (the batches before
+// seq are lost otherwise, a gap). It returns an error only when ctx ends.
+func (s *ZMQSource) restarted(ctx context.Context, seq uint64, payload []byte) error {
+	s.mu.Lock()
+	s.stats.Resets++
+	s.stats.HighestSeq = seq
+	s.resets++
+	s.mu.Unlock()
+	s.log.Info("zmq publisher restarted (a batch at or below the last sequence applied, made after it): clearing the worker",
+		"seq", seq, "last_seq", s.last)
+	s.have, s.last, s.pendingClear = false, 0, true
+	if s.spec.Replay != "" && seq > 0 {
+		if err := s.replay(ctx, 0); err != nil {
+			return err
+		}
+		if s.have && seq <= s.last {
+			return nil // the replay applied it
+		}
+	}
+	return s.deliver(ctx, seq, payload, false)
 }
 
 // clearEvents returns the events that forget what this source applied: a
@@ -868,11 +923,11 @@ func (s *ZMQSource) clearEvents(rank *uint32) []engine.Event {
 	return evs
 }
 
-// append appends events with the position seq (and extra positions),
-// retrying with backoff while the store refuses (overloaded, fenced), until
+// append appends events with the position seq, the batch's ts in
+// microseconds (0: none) and extra positions, retrying with backoff while the store refuses (overloaded, fenced), until
 // ctx ends.
-func (s *ZMQSource) append(ctx context.Context, events []engine.Event, seq uint64, cleared bool, extra ...wal.Position) error {
-	positions := append([]wal.Position{{Source: s.name, Seq: seq}}, extra...)
+func (s *ZMQSource) append(ctx context.Context, events []engine.Event, seq, ts uint64, cleared bool, extra ...wal.Position) error {
+	positions := append([]wal.Position{{Source: s.name, Seq: seq}, {Source: s.name + tsMark, Seq: ts}}, extra...)
 	backoff := s.opts.MinBackoff
 	for {
 		_, results, err := s.store.Append(ctx, events, positions)
@@ -883,7 +938,10 @@ func (s *ZMQSource) append(ctx context.Context, events []engine.Event, seq uint6
 					rejected++
 				}
 			}
-			s.last, s.have = seq, true
+			s.last, s.have, s.lastTS = seq, true, ts
+			if cleared {
+				s.pendingClear = false
+			}
 			s.mu.Lock()
 			st := &s.stats
 			st.HasSeq, st.LastSeq = true, seq

@@ -1,0 +1,90 @@
+package ingest
+
+import (
+	"testing"
+
+	"github.com/kvidx/kvidx/engine"
+)
+
+// storedAt is a batch of ts (engine seconds) storing one block (hash,
+// tokens tok, tok+1) on DP rank 0.
+func storedAt(ts float64, hash, tok uint64) []byte {
+	return newMP().arr(3).f(ts).arr(1).arr(5).str("BlockStored").us(hash).null().us(tok, tok+1).u(2).u(0).bytes()
+}
+
+// An engine that restarts while kvidx is away comes back at sequences at
+// or below the last one applied, which were dropped as duplicates while
+// the old engine's blocks stayed held (found by review). Its batches are
+// made after the one applied last: the source tells them by their ts,
+// clears the worker and takes the new engine's batches from 0 (by replay,
+// or as a gap without a replay endpoint), while a true duplicate (the same
+// batch again) is still dropped.
+func TestEngineRestartWhileAway(t *testing.T) {
+	for _, withReplay := range []bool{true, false} {
+		name := "replay"
+		if !withReplay {
+			name = "no replay"
+		}
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			e := newFakeEngine(t, ctx)
+			st := &indexStore{ix: engine.New()}
+			spec := ZMQSpec{Endpoint: e.pubEP, WorkerID: 7}
+			if withReplay {
+				spec.Replay = e.repEP
+			}
+			held := func(tok uint64) bool { return len(st.ix.Match(local(tokens(2, int(tok)), 2, ""), nil)) != 0 }
+
+			src := NewZMQSource(spec, st, testOptions())
+			stop := runUntilCancelled(t, ctx, src)
+			for seq := uint64(0); seq <= 5; seq++ { // the old engine
+				p := storedAt(1000+float64(seq), 100+seq, 10+2*seq)
+				e.mu.Lock()
+				e.buf[seq] = p
+				e.mu.Unlock()
+				sendUntil(t, e, seq, p, "old batch", func() bool { s := src.Stats(); return s.HasSeq && s.LastSeq == seq })
+			}
+			// The same batch again: a duplicate, not a restart.
+			sendUntil(t, e, 5, storedAt(1005, 105, 20), "a duplicate", func() bool { return src.Stats().Duplicates > 0 })
+			if s := src.Stats(); s.Resets != 0 || s.Clears != 0 {
+				t.Fatalf("a duplicate taken for a restart: %+v", s)
+			}
+			stop()
+
+			// The engine restarts while kvidx is away: its batches 0..3
+			// are in its replay buffer only.
+			e.mu.Lock()
+			e.buf = map[uint64][]byte{}
+			for seq := uint64(0); seq <= 3; seq++ {
+				e.buf[seq] = storedAt(2000+float64(seq), 900+seq, 500+2*seq)
+			}
+			e.mu.Unlock()
+			src = NewZMQSource(spec, st, testOptions())
+			runSource(t, ctx, src)
+			for seq := uint64(4); seq <= 8; seq++ {
+				p := storedAt(2000+float64(seq), 900+seq, 500+2*seq)
+				e.mu.Lock()
+				e.buf[seq] = p
+				e.mu.Unlock()
+				sendUntil(t, e, seq, p, "new batch", func() bool { s := src.Stats(); return s.Resets > 0 && s.LastSeq >= seq })
+			}
+			for seq := uint64(0); seq <= 5; seq++ {
+				if held(10 + 2*seq) {
+					t.Errorf("the old engine's block of batch %d is still held", seq)
+				}
+			}
+			first := uint64(4) // without replay, the new engine's 0..3 are lost
+			if withReplay {
+				first = 0
+			}
+			for seq := first; seq <= 8; seq++ {
+				if !held(500 + 2*seq) {
+					t.Errorf("the new engine's block of batch %d is missing", seq)
+				}
+			}
+			if s := src.Stats(); s.Resets != 1 || (s.Errors[ReasonGap] > 0) == withReplay {
+				t.Errorf("stats: resets %d, gap errors %d (replay %v)", s.Resets, s.Errors[ReasonGap], withReplay)
+			}
+		})
+	}
+}
