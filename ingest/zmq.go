@@ -152,9 +152,9 @@ type ZMQSource struct {
 	// least) tells from the one applied.
 	zeroSum  uint64
 	haveZero bool
-	// lastTS is the ts of batch last in microseconds (0: not known),
-	// recorded with it: a live batch at or below last with a later ts is
-	// a restarted engine's, not a duplicate.
+	// lastTS is the latest ts of the batches applied up to last, in
+	// microseconds (0: not known), recorded with it: a live batch at or
+	// below last with a later ts is a restarted engine's, not a duplicate.
 	lastTS uint64
 	// pendingClear: a restarted engine was found and its batches are being
 	// replayed from 0: the first one applied clears the worker first.
@@ -226,8 +226,8 @@ func (s *ZMQSource) rankPosition(r uint32) wal.Position {
 	return wal.Position{Source: s.name + rankMark + strconv.FormatUint(uint64(r), 10), Seq: 1}
 }
 
-// tsMark names the position holding the ts of the batch last applied, in
-// microseconds ("zmq:<endpoint>#ts"; 0 when that batch had none).
+// tsMark names the position holding the latest ts of the batches applied,
+// in microseconds ("zmq:<endpoint>#ts"; 0 when the last one had none).
 const tsMark = "#ts"
 
 // tsMicros is a batch's ts in microseconds, or 0 when it has none (or one
@@ -884,7 +884,8 @@ func (s *ZMQSource) restarted(ctx context.Context, seq uint64, payload []byte) e
 	s.mu.Unlock()
 	s.log.Info("zmq publisher restarted (a batch at or below the last sequence applied, made after it): clearing the worker",
 		"seq", seq, "last_seq", s.last)
-	s.have, s.last, s.pendingClear = false, 0, true
+	// The new engine's own clock takes over from the old one's.
+	s.have, s.last, s.lastTS, s.pendingClear = false, 0, 0, true
 	if s.spec.Replay != "" && seq > 0 {
 		if err := s.replay(ctx, 0); err != nil {
 			return err
@@ -927,7 +928,14 @@ func (s *ZMQSource) clearEvents(rank *uint32) []engine.Event {
 // microseconds (0: none) and extra positions, retrying with backoff while the store refuses (overloaded, fenced), until
 // ctx ends.
 func (s *ZMQSource) append(ctx context.Context, events []engine.Event, seq, ts uint64, cleared bool, extra ...wal.Position) error {
-	positions := append([]wal.Position{{Source: s.name, Seq: seq}, {Source: s.name + tsMark, Seq: ts}}, extra...)
+	// The latest ts applied, not the last: an engine's clock stepped back
+	// must not make an older batch look made after it (a restart). A
+	// batch without one turns the check off until the next.
+	newTS := ts
+	if ts != 0 {
+		newTS = max(s.lastTS, ts)
+	}
+	positions := append([]wal.Position{{Source: s.name, Seq: seq}, {Source: s.name + tsMark, Seq: newTS}}, extra...)
 	backoff := s.opts.MinBackoff
 	for {
 		_, results, err := s.store.Append(ctx, events, positions)
@@ -938,7 +946,7 @@ func (s *ZMQSource) append(ctx context.Context, events []engine.Event, seq, ts u
 					rejected++
 				}
 			}
-			s.last, s.have, s.lastTS = seq, true, ts
+			s.last, s.have, s.lastTS = seq, true, newTS
 			if cleared {
 				s.pendingClear = false
 			}

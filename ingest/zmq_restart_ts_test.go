@@ -88,3 +88,32 @@ func TestEngineRestartWhileAway(t *testing.T) {
 		})
 	}
 }
+
+// An engine clock stepped back between two batches does not make the
+// queued live copy of the earlier one a restart: the latest ts applied is
+// what a batch is compared with (found by review: the last one's was, and
+// the worker was cleared).
+func TestClockStepBackIsNoRestart(t *testing.T) {
+	ctx := t.Context()
+	st := &indexStore{ix: engine.New()}
+	src := NewZMQSource(ZMQSpec{Endpoint: "tcp://127.0.0.1:1", WorkerID: 7}, st, testOptions())
+	deliver := func(seq uint64, ts float64, replayed bool) {
+		t.Helper()
+		if err := src.deliver(ctx, seq, storedAt(ts, 100+seq, 10+2*seq), replayed); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deliver(0, 1000, false)
+	deliver(1, 1001, false)
+	deliver(2, 1002, true)
+	deliver(3, 999.5, true) // the clock stepped back
+	deliver(2, 1002, false) // the queued live copy of batch 2
+	if s := src.Stats(); s.Resets != 0 || s.Clears != 0 || s.Duplicates != 1 {
+		t.Fatalf("resets %d, clears %d, duplicates %d: want a duplicate only", s.Resets, s.Clears, s.Duplicates)
+	}
+	for seq := uint64(0); seq <= 3; seq++ {
+		if len(st.ix.Match(local(tokens(2, int(10+2*seq)), 2, ""), nil)) == 0 {
+			t.Errorf("the block of batch %d is gone", seq)
+		}
+	}
+}

@@ -131,7 +131,10 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 		case s.lowSpace():
 			// Ingest is refused, as when fenced, until space is back:
 			// the index falls behind its workers meanwhile.
-			free, floor, _ := s.currentStore().(spaceGuard).FreeSpace()
+			var free, floor int64
+			if g, ok := s.currentStore().(spaceGuard); ok {
+				free, floor, _ = g.FreeSpace()
+			}
 			status, reason = "ingest_paused", fmt.Sprintf("ingest paused: %.1f MiB free on the WAL's filesystem, below the %.1f MiB kept for the next snapshot and the WAL", float64(free)/(1<<20), float64(floor)/(1<<20))
 		default:
 			writeJSON(w, http.StatusOK, []byte(`{"status":"ready"}`+"\n"))

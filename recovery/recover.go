@@ -373,7 +373,7 @@ func NoSnapshotRefusal(dataDir string, snaps []snapshot.File, first, last, conti
 				filepath.Base(f.Path), why, snapshot.FileName(m))
 		}
 	}
-	if msg := strayRefusal(dataDir, snaps, first, gaps); msg != "" {
+	if msg := strayRefusal(dataDir, snaps, first, contig, gaps); msg != "" {
 		return msg
 	}
 	for _, f := range snaps { // newest first
@@ -411,9 +411,10 @@ func NoSnapshotRefusal(dataDir string, snaps []snapshot.File, first, last, conti
 
 // strayRefusal is NoSnapshotRefusal's way out when every gap is stray
 // bytes after a segment's entries (see wal.StrayBytes) and the WAL, once
-// they are removed, is whole from index 1 or from a snapshot on: a repair
-// that loses nothing. It returns "" otherwise.
-func strayRefusal(dataDir string, snaps []snapshot.File, first uint64, gaps []Span) string {
+// they are removed, is whole from index 1, or from a snapshot that was
+// skipped only because of the gaps: a repair that loses nothing. It
+// returns "" otherwise.
+func strayRefusal(dataDir string, snaps []snapshot.File, first, contig uint64, gaps []Span) string {
 	if len(gaps) == 0 {
 		return ""
 	}
@@ -428,16 +429,24 @@ func strayRefusal(dataDir string, snaps []snapshot.File, first uint64, gaps []Sp
 		bytes += g.Stray
 		runs = append(runs, fmt.Sprintf("%d..%d", g.From, g.To))
 	}
-	reaches := first == 1
-	for _, f := range snaps {
-		reaches = reaches || f.Index+1 >= first
-	}
-	if !reaches {
-		return ""
+	then := "recovery then replays the WAL from index 1"
+	if first > 1 {
+		// A snapshot the WAL reaches back to, but not whole past it: one
+		// at contig or later was tried and did not load.
+		then = ""
+		for _, f := range snaps { // newest first
+			if f.Index+1 >= first && f.Index+1 < contig {
+				then = fmt.Sprintf("if snapshot %s is good, recovery then uses it", filepath.Base(f.Path))
+				break
+			}
+		}
+		if then == "" {
+			return ""
+		}
 	}
 	return fmt.Sprintf("no usable snapshot, and the WAL is not whole: entries %s are unreadable only because %d stray byte(s) follow the entries of the segment(s) holding them, "+
-		"which hold every entry they should; kvidx wal repair %s --trim-stray --yes removes those bytes (a copy kept), losing nothing, and recovery then goes on",
-		strings.Join(runs, ", "), bytes, wal.ShellArg(dataDir))
+		"which hold every entry they should; kvidx wal repair %s --trim-stray --yes removes those bytes (a copy kept), losing nothing, and %s",
+		strings.Join(runs, ", "), bytes, wal.ShellArg(dataDir), then)
 }
 
 // EndProof returns the newest of snaps (newest first, as snapshot.List

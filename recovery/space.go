@@ -211,10 +211,19 @@ func (s *Store) appendRoom(cost int64) (done func(), err error) {
 	g := &s.space
 	s.readSpaceIfDue()
 	admit := func() bool {
-		if g.low.Load() || g.budget.Add(-cost) < 0 {
+		if g.low.Load() {
 			return false
 		}
+		// In flight before the budget is taken: a reading in between
+		// counts it then, not nowhere.
 		g.inflight.Add(cost)
+		if g.budget.Add(-cost) < 0 {
+			// Refused: a batch too large for what is left must not
+			// take it from the smaller ones after it.
+			g.budget.Add(cost)
+			g.inflight.Add(-cost)
+			return false
+		}
 		return true
 	}
 	if !admit() {

@@ -283,3 +283,41 @@ func TestTinySnapshotDoesNotPauseIngest(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A batch refused as too large for what is left takes nothing from the
+// budget: the smaller ones after it are admitted, also while a snapshot
+// is written (found by review: its cost stayed taken, and every append
+// paused until the snapshot ended).
+func TestRefusedAppendLeavesTheBudget(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := mustOpen(t, dir, testOptions())
+	defer s.Close()
+	s.space.every = 0
+	for i := range 20 {
+		mustAppend(t, s, storedChain(uint64(i+1), i*10_000, 10_000))
+	}
+	for i := range 2 {
+		if _, _, err := s.Snapshot(ctx); err != nil {
+			t.Fatal(err)
+		}
+		mustAppend(t, s, storedChain(99, 1<<29+i, 1))
+	}
+	_, floor, _ := s.FreeSpace()
+	fakeCapacity(t, s, dir, du(t, dir)+floor+s.lastSize.Load().bytes/2)
+	mustAppend(t, s, storedChain(97, 1<<27, 1))
+	var big, small error
+	s.hook = func(phase string, _ uint64) {
+		if phase == "published" {
+			_, _, big = s.Append(ctx, storedChain(96, 1<<26, 2_000_000), nil)
+			_, _, small = s.Append(ctx, storedChain(95, 1<<25, 1), nil)
+		}
+	}
+	if _, _, err := s.Snapshot(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s.hook = nil
+	if !errors.Is(big, ErrLowSpace) || small != nil {
+		t.Fatalf("during a snapshot: the big append %v (want ErrLowSpace), a one-block one after it %v (want nil)", big, small)
+	}
+}

@@ -26,6 +26,9 @@ func TestStrayRefusal(t *testing.T) {
 		{"stray and missing", nil, 1, 100, []Span{stray, missing}, false, true},
 		{"stray, WAL from 50, no snapshot", nil, 50, 100, []Span{{From: 60, To: 69, Keep: 69, Stray: 2}}, false, false},
 		{"stray, WAL from 50, snapshot at 49", []snapshot.File{snap}, 50, 100, []Span{{From: 60, To: 69, Keep: 69, Stray: 2}}, true, true},
+		// Found by review: a snapshot past the gap that recovery could not
+		// load is no start once the bytes are trimmed.
+		{"stray, WAL from 50, snapshot past the gap", []snapshot.File{{Path: "d/snapshots/" + snapshot.FileName(79), Index: 79}}, 50, 100, []Span{{From: 60, To: 69, Keep: 69, Stray: 2}}, false, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

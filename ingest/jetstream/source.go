@@ -192,7 +192,7 @@ func (s *Source) Run(ctx context.Context) error {
 	}
 }
 
-// appendBatch appends one batch, retrying with backoff while the store
+// appendBatch appends one batch (or positions alone), retrying with backoff while the store
 // refuses it as overloaded (its commit queue full, or appends paused while
 // its disk is nearly full): the session and the messages fetched stay, where
 // ending the session would report the source disconnected and fetch them
@@ -270,7 +270,7 @@ func (s *Source) session(ctx context.Context) error {
 				// replica was down), the idle check would find the gap
 				// again and end the session, over and over, and a restart
 				// would report the gap already allowed.
-				if _, _, err := s.store.Append(ctx, nil, s.positions(next-1, info)); err != nil {
+				if err := s.appendBatch(ctx, nil, s.positions(next-1, info)); err != nil {
 					return fmt.Errorf("recording the skipped gap of stream %s: %w", s.cfg.Stream, err)
 				}
 			}
@@ -388,7 +388,7 @@ func (s *Source) session(ctx context.Context) error {
 					return fmt.Errorf("stream %s changed under the consumer: %s", s.cfg.Stream, gap)
 				}
 				if seen > prev {
-					if _, _, err := s.store.Append(ctx, nil, s.positions(seen, info)); err != nil {
+					if err := s.appendBatch(ctx, nil, s.positions(seen, info)); err != nil {
 						return fmt.Errorf("recording messages up to %d as seen: %w", seen, err)
 					}
 					prev = seen
@@ -412,7 +412,7 @@ func (s *Source) session(ctx context.Context) error {
 						}
 						s.log.Warn("skipping a gap in the stream (allowed)", "gap", gap)
 						last := now.State.LastSeq
-						if _, _, err := s.store.Append(ctx, nil, s.positions(last, info)); err != nil {
+						if err := s.appendBatch(ctx, nil, s.positions(last, info)); err != nil {
 							return fmt.Errorf("recording messages up to %d as gone: %w", last, err)
 						}
 						prev = last
