@@ -299,13 +299,19 @@ func (s *Store) readSpace() {
 
 // setLow sets the pause, logging a change. Called with g.mu held.
 func (s *Store) setLow(low bool, free, floor int64) {
-	if s.space.low.Swap(low) == low {
+	g := &s.space
+	if g.low.Swap(low) == low {
 		return
 	}
-	if low {
+	switch {
+	case low:
 		s.logger.Warn("appends paused: the WAL's filesystem is nearly full; events are refused (retry later) until space is freed",
 			"free_mib", mib(free), "floor_mib", mib(floor))
-	} else {
+	case g.snapshot:
+		// The figures are the last reading's: the snapshot's own room
+		// was below the floor, and is now what it is written in.
+		s.logger.Info("appends resumed while a snapshot is written: the room kept for it is in use, and what is left above it and the WAL's allowance takes appends")
+	default:
 		s.logger.Info("appends resumed: free space is back", "free_mib", mib(free), "floor_mib", mib(floor))
 	}
 }
