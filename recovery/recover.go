@@ -134,10 +134,11 @@ func (s *Store) recover(ctx context.Context) error {
 		s.logger.Warn("snapshot skipped", "path", f.Path, "index", f.Index, "reason", f.Reason)
 	}
 	if err := s.replay(ctx, from, last); err != nil {
-		if DamageRefusal(s.dir, err) != "" {
-			// The refusal names the repair, and the snapshot it relies
-			// on: not one this recovery found damaged (its advice was
-			// refused by the repair, which verifies the snapshot).
+		// Moved aside first: the refusal names the repair, and the
+		// snapshot it relies on, not one this recovery found damaged.
+		var de *wal.DamageError
+		var ee *wal.EntryError
+		if errors.As(err, &de) || errors.As(err, &ee) {
 			if merr := s.moveAside(damaged); merr != nil {
 				s.logger.Warn("damaged snapshots not moved aside", "err", merr)
 			}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -559,15 +560,48 @@ func DamageRefusal(dataDir string, err error) string {
 	if lerr != nil || !ok || f.Index < entry {
 		return explain(dataDir)
 	}
-	index, rename := f.Index, ""
-	if m, why := Misnamed(f); why != "" {
-		// The repair verifies the snapshot's name against its meta.
-		index, rename = m, fmt.Sprintf("rename it %s, then ", snapshot.FileName(m))
+	// The repair verifies the snapshot it relies on: advise one that
+	// verifies (found by review: advice naming a damaged snapshot was
+	// refused, and so was the cut after the damage, which it ends the log
+	// before).
+	var bad []string
+	for _, c := range snaps { // newest first
+		if c.Index < entry {
+			break
+		}
+		index, rename := c.Index, ""
+		if m, why := Misnamed(c); why != "" {
+			if m < entry {
+				continue // holds no more than the cut keeps
+			}
+			// The repair verifies the snapshot's name against its meta.
+			index, rename = m, fmt.Sprintf("rename it %s, then ", snapshot.FileName(m))
+		}
+		if err := VerifySnapshot(context.Background(), c.Path); err != nil {
+			bad = append(bad, fmt.Sprintf("%s: %v", filepath.Base(c.Path), err))
+			continue
+		}
+		return fmt.Sprintf("%s; snapshot %s holds every entry up to %d, the damaged entry %d included, and verifies: "+
+			"%skvidx wal repair %s --truncate-before %d --yes drops the entries up to %d (it verifies that snapshot first) and loses nothing acknowledged "+
+			"(a cut after the damage would end the log before that snapshot, which kvidx refuses)",
+			where, filepath.Base(c.Path), index, entry, rename, wal.ShellArg(dataDir), index+1, index)
 	}
-	return fmt.Sprintf("%s; snapshot %s holds every entry up to %d, the damaged entry %d included: if it is good, "+
-		"%skvidx wal repair %s --truncate-before %d --yes drops the entries up to %d (it verifies that snapshot first) and loses nothing acknowledged "+
-		"(a cut after the damage would end the log before that snapshot, which kvidx refuses)",
-		where, filepath.Base(f.Path), index, entry, rename, wal.ShellArg(dataDir), index+1, index)
+	if len(bad) == 0 {
+		return explain(dataDir)
+	}
+	return fmt.Sprintf("%s; no snapshot past it verifies (%s): the cut renames them *%s first, as recovery does",
+		explain(dataDir), strings.Join(bad, "; "), DamagedSuffix)
+}
+
+// VerifySnapshot opens the snapshot at path and checks all of it (every
+// chunk and checksum): what a repair that relies on it checks first.
+func VerifySnapshot(ctx context.Context, path string) error {
+	r, err := snapshot.Open(path)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	return r.Verify(ctx)
 }
 
 // missingTailRefusal explains a WAL that lost its newest segments (see

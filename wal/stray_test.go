@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -103,4 +104,33 @@ func TestTrimStrayLeavesTheTail(t *testing.T) {
 	if _, err := RepairTrimStray(dir, filepath.Join(t.TempDir(), "b")); !errors.Is(err, ErrNothingToCut) {
 		t.Fatalf("RepairTrimStray with a torn tail only: %v, want ErrNothingToCut", err)
 	}
+}
+
+// Zero bytes after a middle segment's entries (a filesystem's zeroed tail
+// after a crash) frame an empty entry at every byte: the walk reports the
+// run once, and the bytes are stray.
+func TestZeroRunReportedOnce(t *testing.T) {
+	dir, want := buildLog(t, 40, 300)
+	segs, err := listSegments(dir)
+	if err != nil || len(segs) < 4 {
+		t.Fatalf("segments %v, %v: the test needs four", segs, err)
+	}
+	path := filepath.Join(dir, segs[1].name)
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write(make([]byte, 4096))
+	f.Close()
+	lay, _ := Inspect(dir)
+	if len(lay.Damage) != 1 || !strings.Contains(lay.Damage[0].Desc, "4096 zero bytes") {
+		t.Fatalf("%d damage records, want one for the run: %v", len(lay.Damage), lay.Damage[:min(3, len(lay.Damage))])
+	}
+	if len(lay.Gaps) != 1 || lay.Gaps[0].Stray != 4096 {
+		t.Fatalf("gaps %+v, want one of 4096 stray bytes", lay.Gaps)
+	}
+	if _, err := RepairTrimStray(dir, filepath.Join(t.TempDir(), "b")); err != nil {
+		t.Fatal(err)
+	}
+	checkPrefix(t, dir, want, len(want)).Close()
 }

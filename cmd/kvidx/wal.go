@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -46,7 +48,9 @@ those entries were acknowledged. This command is the operator's explicit cut:
 --truncate-after INDEX removes every entry after INDEX, damaged or not: pick
 INDEX just before the damaged entry the error names. The entries removed are
 lost. It refuses when a snapshot is newer than INDEX (the log would end before
-it, and kvidx would refuse to start): then use --truncate-before. A log whose
+it, and kvidx would refuse to start): then use --truncate-before. A snapshot
+newer than INDEX that does not verify (every chunk and checksum) is renamed
+<name>.damaged first, as recovery does, and does not stop the cut. A log whose
 newest segment files are missing (wal/TAIL names a segment that is gone, and a
 restart refuses) is accepted as it is with INDEX = its last entry, which the
 refusal names.
@@ -141,6 +145,11 @@ directory must not be open in a running kvidx (the command takes its lock).`,
 				if err != nil {
 					return fmt.Errorf("wal repair: %w", err)
 				}
+				// One that does not verify is useless to recovery, which
+				// would move it aside too: it does not stop the cut.
+				if snaps, err = moveAsideDamaged(cmd.Context(), dir, snaps, after, out); err != nil {
+					return fmt.Errorf("wal repair: %w", err)
+				}
 				if f, ok := recovery.EndProof(snaps, after); ok && f.Index > after {
 					if m, why := recovery.Misnamed(f); why != "" {
 						return fmt.Errorf("wal repair: snapshot %s is misnamed (%s), at WAL index %d, after entry %d: cut there, the log would end before it and kvidx would refuse to start; "+
@@ -198,6 +207,36 @@ directory must not be open in a running kvidx (the command takes its lock).`,
 	return cmd
 }
 
+// moveAsideDamaged renames *.damaged, as recovery does, the snapshots past
+// entry after (newest first, up to the first that verifies) that do not
+// verify, saying so on out, and returns the snapshots left. It first
+// checks that no kvidx holds the WAL directory walDir.
+func moveAsideDamaged(ctx context.Context, walDir string, snaps []snapshot.File, after uint64, out io.Writer) ([]snapshot.File, error) {
+	for len(snaps) > 0 {
+		f, ok := recovery.EndProof(snaps, after)
+		if !ok || f.Index <= after {
+			return snaps, nil
+		}
+		verr := recovery.VerifySnapshot(ctx, f.Path)
+		if verr == nil {
+			return snaps, nil
+		}
+		lock, err := wal.LockDir(walDir)
+		if err != nil {
+			return nil, err
+		}
+		if err := lock.Unlock(); err != nil {
+			return nil, err
+		}
+		if err := os.Rename(f.Path, f.Path+recovery.DamagedSuffix); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(out, "moved snapshot %s aside (%s%s): it does not verify (%v)\n", filepath.Base(f.Path), filepath.Base(f.Path), recovery.DamagedSuffix, verr)
+		snaps = slices.DeleteFunc(snaps, func(g snapshot.File) bool { return g.Path == f.Path })
+	}
+	return snaps, nil
+}
+
 // coveringSnapshot returns the newest snapshot of dataDir at WAL index
 // before-1 or later that verifies whole, or an error saying why none does:
 // removing the entries before index is safe only when it holds them.
@@ -214,14 +253,11 @@ func coveringSnapshot(ctx context.Context, dataDir string, before uint64) (snaps
 		if f.Index+1 < before {
 			break
 		}
-		r, err := snapshot.Open(f.Path)
-		if err == nil {
-			if m := r.Meta(); m.Index != f.Index {
-				err = fmt.Errorf("its meta says WAL index %d", m.Index)
-			} else {
-				err = r.Verify(ctx)
-			}
-			r.Close()
+		var err error
+		if m, misnamed := recovery.Misnamed(f); misnamed != "" {
+			err = fmt.Errorf("its meta says WAL index %d", m)
+		} else {
+			err = recovery.VerifySnapshot(ctx, f.Path)
 		}
 		if err == nil {
 			return f, nil
