@@ -87,12 +87,7 @@ func wrapErr(what string, err error) error {
 // [ErrDecode]; no input panics.
 func (v *VLLMDecoder) Decode(payload []byte, workerID uint64) (VLLMBatch, error) {
 	defer v.trim()
-	v.r.Reset(payload)
-	if v.d == nil {
-		v.d = msgpack.NewDecoder(&v.r)
-	} else {
-		v.d.Reset(&v.r)
-	}
+	v.start(payload)
 	var b VLLMBatch
 	var evs []engine.Event
 	var rank uint64
@@ -171,6 +166,16 @@ func (v *VLLMDecoder) Decode(payload []byte, workerID uint64) (VLLMBatch, error)
 	}
 	b.Events = evs
 	return b, nil
+}
+
+// start points the decoder at payload.
+func (v *VLLMDecoder) start(payload []byte) {
+	v.r.Reset(payload)
+	if v.d == nil {
+		v.d = msgpack.NewDecoder(&v.r)
+	} else {
+		v.d.Reset(&v.r)
+	}
 }
 
 // maxKeptScratch bounds the scratch (block hashes, token ids) a decoder
@@ -342,12 +347,7 @@ func (v *VLLMDecoder) optUint(what string, max uint64) (uint64, error) {
 // its events; ok is false when it has none or the payload is malformed.
 func (v *VLLMDecoder) TS(payload []byte) (ts float64, ok bool) {
 	defer v.trim()
-	v.r.Reset(payload)
-	if v.d == nil {
-		v.d = msgpack.NewDecoder(&v.r)
-	} else {
-		v.d.Reset(&v.r)
-	}
+	v.start(payload)
 	c, err := v.d.PeekCode()
 	if err != nil {
 		return 0, false

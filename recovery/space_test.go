@@ -200,20 +200,19 @@ func TestPauseLeavesRoomForTheSnapshot(t *testing.T) {
 	}
 }
 
-// A snapshot's file takes the room the floor keeps for it: appends go on
-// while it is written (found by review: its bytes were counted twice, and
-// every snapshot paused ingest near the floor).
-func TestNoPauseWhileASnapshotIsWritten(t *testing.T) {
-	ctx := context.Background()
+// nearTheFloor returns a store of 200k holder-blocks with its K = 2
+// snapshots taken (the steady state), on a filesystem that has half a
+// snapshot's size free above the floor. It is closed when t ends.
+func nearTheFloor(t *testing.T) *Store {
 	dir := t.TempDir()
 	s := mustOpen(t, dir, testOptions())
-	defer s.Close()
+	t.Cleanup(func() { s.Close() })
 	s.space.every = 0
 	for i := range 20 {
 		mustAppend(t, s, storedChain(uint64(i+1), i*10_000, 10_000))
 	}
-	for i := range 2 { // K = 2 snapshots kept: the steady state
-		if _, _, err := s.Snapshot(ctx); err != nil {
+	for i := range 2 {
+		if _, _, err := s.Snapshot(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		mustAppend(t, s, storedChain(99, 1<<29+i, 1))
@@ -221,6 +220,15 @@ func TestNoPauseWhileASnapshotIsWritten(t *testing.T) {
 	_, floor, _ := s.FreeSpace()
 	fakeCapacity(t, s, dir, du(t, dir)+floor+s.lastSize.Load().bytes/2)
 	mustAppend(t, s, storedChain(97, 1<<27, 1))
+	return s
+}
+
+// A snapshot's file takes the room the floor keeps for it: appends go on
+// while it is written (found by review: its bytes were counted twice, and
+// every snapshot paused ingest near the floor).
+func TestNoPauseWhileASnapshotIsWritten(t *testing.T) {
+	ctx := context.Background()
+	s := nearTheFloor(t)
 	var during error
 	s.hook = func(phase string, _ uint64) {
 		if phase == "published" { // the new file written, the oldest not yet pruned
@@ -290,22 +298,7 @@ func TestTinySnapshotDoesNotPauseIngest(t *testing.T) {
 // paused until the snapshot ended).
 func TestRefusedAppendLeavesTheBudget(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	s := mustOpen(t, dir, testOptions())
-	defer s.Close()
-	s.space.every = 0
-	for i := range 20 {
-		mustAppend(t, s, storedChain(uint64(i+1), i*10_000, 10_000))
-	}
-	for i := range 2 {
-		if _, _, err := s.Snapshot(ctx); err != nil {
-			t.Fatal(err)
-		}
-		mustAppend(t, s, storedChain(99, 1<<29+i, 1))
-	}
-	_, floor, _ := s.FreeSpace()
-	fakeCapacity(t, s, dir, du(t, dir)+floor+s.lastSize.Load().bytes/2)
-	mustAppend(t, s, storedChain(97, 1<<27, 1))
+	s := nearTheFloor(t)
 	var big, small error
 	s.hook = func(phase string, _ uint64) {
 		if phase == "published" {
