@@ -18,6 +18,7 @@ import (
 
 	kvidx "github.com/kvidx/kvidx"
 	"github.com/kvidx/kvidx/engine"
+	"github.com/kvidx/kvidx/recovery"
 	"github.com/kvidx/kvidx/wal"
 	"github.com/kvidx/kvidx/workload"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -496,5 +497,28 @@ func TestIngestPausesWhileSpaceIsLow(t *testing.T) {
 	e.do(t, "POST", "/v1/events", stored(0, 2, "1", 2)).want(t, 200)
 	if !strings.Contains(string(e.do(t, "GET", "/metrics", "").body), "kvidx_ingest_paused_low_space 0") {
 		t.Error("metrics still report the pause")
+	}
+}
+
+// A shutdown whose final snapshot finds no room (a nearly full disk) is
+// still clean: everything acknowledged is in the WAL, which the next start
+// replays (found by drilling: the node exited 1 on SIGTERM while paused).
+// Other snapshot failures still fail it.
+func TestFinalSnapshotWithoutRoomIsClean(t *testing.T) {
+	for _, c := range []struct {
+		err   error
+		clean bool
+	}{
+		{fmt.Errorf("data dir d: a snapshot was not written: %w", recovery.ErrNoSpace), true},
+		{errors.New("snapshot write: input/output error"), false},
+	} {
+		srv, st := newServerOnFake(Config{FinalSnapshot: true})
+		url, stop := startRun(t, srv)
+		e := &testEnv{srv: srv, store: st, url: url}
+		e.do(t, "POST", "/v1/events", stored(0, 1, "null", 1)).want(t, 200)
+		st.snapErr.Store(errBox{err: c.err})
+		if err := stop(); (err == nil) != c.clean {
+			t.Errorf("final snapshot failing with %q: Run returned %v, want clean %v", c.err, err, c.clean)
+		}
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"sync"
+
+	"github.com/kvidx/kvidx/recovery"
 )
 
 // Run serves the API on ln until ctx is cancelled, running the periodic
@@ -73,7 +75,14 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	stopLoop()
 	wg.Wait()
 	if s.cfg.FinalSnapshot && s.snaps.changed() {
-		if _, _, err := s.snaps.take(context.WithoutCancel(ctx), "shutdown"); err != nil {
+		_, _, err := s.snaps.take(context.WithoutCancel(ctx), "shutdown")
+		switch {
+		case errors.Is(err, recovery.ErrNoSpace):
+			// A stop while the disk is nearly full is still clean:
+			// everything acknowledged is in the WAL, which the next
+			// start replays instead.
+			s.log.Warn("shutting down without a final snapshot: no room for it; the next start replays the WAL after the last one", "err", err)
+		case err != nil:
 			errs = append(errs, err)
 		}
 	}

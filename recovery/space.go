@@ -231,6 +231,12 @@ func (s *Store) appendRoom(cost int64) (done func(), err error) {
 		// time since the last reading.
 		s.readSpace()
 		if !admit() {
+			// A batch that does not fit in what is left pauses appends
+			// as an empty budget does: readiness, the snapshot that may
+			// make room and the stats say so (found by drilling on a
+			// small filesystem: batches were refused while the node said
+			// it was ready, and no snapshot was taken).
+			s.pauseForBatch(cost)
 			return nil, fmt.Errorf("data dir %s: %.1f MiB free on the WAL's filesystem, and appends stop at %.1f MiB, kept for the next snapshot and the WAL's next entries; free some space (a snapshot, when the index changed, may let the WAL be truncated): %w",
 				s.dir, mib(g.free.Load()), mib(g.floor.Load()), ErrLowSpace)
 		}
@@ -271,7 +277,7 @@ func (s *Store) readSpace() {
 	defer g.mu.Unlock()
 	if g.snapshot {
 		// The snapshot's bracket set the budget (see spaceCheckEvery).
-		s.setLow(g.budget.Load() < 0, g.free.Load(), g.floor.Load())
+		s.setLow(s.pauses(g.budget.Load()), g.free.Load(), g.floor.Load())
 		return
 	}
 	free, err := s.freeSpace(filepath.Join(s.dir, WALDirName))
@@ -294,7 +300,28 @@ func (s *Store) readSpace() {
 	g.floor.Store(floor)
 	g.budget.Store(left)
 	g.checked.Store(true)
-	s.setLow(left < 0, free, floor)
+	s.setLow(s.pauses(left), free, floor)
+}
+
+// pauses tells whether appends pause with left bytes above the floor: below
+// it, and, once paused, until a WAL allowance is free above it again, so
+// that the pause does not flap on every reading near the floor. Called
+// with g.mu held.
+func (s *Store) pauses(left int64) bool {
+	return left < 0 || (s.space.low.Load() && left < s.walAllowance())
+}
+
+// pauseForBatch pauses appends because a batch of cost bytes does not fit
+// in the budget.
+func (s *Store) pauseForBatch(cost int64) {
+	g := &s.space
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.low.Swap(true) {
+		return
+	}
+	s.logger.Warn("appends paused: a batch does not fit in the free space left above the floor; events are refused (retry later) until space is freed",
+		"batch_mib", mib(cost), "left_mib", mib(max(g.budget.Load(), 0)), "free_mib", mib(g.free.Load()), "floor_mib", mib(g.floor.Load()))
 }
 
 // setLow sets the pause, logging a change. Called with g.mu held.
@@ -331,7 +358,7 @@ func (s *Store) beginSnapshotSpace(free, need int64) {
 	g.snapshot = true
 	left := free - need - g.inflight.Load()
 	g.budget.Store(left)
-	s.setLow(left < 0, g.free.Load(), g.floor.Load())
+	s.setLow(s.pauses(left), g.free.Load(), g.floor.Load())
 }
 
 func (s *Store) endSnapshotSpace() {

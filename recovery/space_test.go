@@ -314,3 +314,39 @@ func TestRefusedAppendLeavesTheBudget(t *testing.T) {
 		t.Fatalf("during a snapshot: the big append %v (want ErrLowSpace), a one-block one after it %v (want nil)", big, small)
 	}
 }
+
+// A batch that does not fit in what is left above the floor (the budget
+// not yet empty) pauses appends like an empty budget: LowSpace, which
+// readiness, the stats and the snapshot loop read, agrees with the refusal
+// (found by drilling on a small filesystem: batches were refused while the
+// node said it was ready, and no snapshot was taken). The pause holds until
+// a WAL allowance is free above the floor.
+func TestBatchThatDoesNotFitPauses(t *testing.T) {
+	ctx := context.Background()
+	s := mustOpen(t, t.TempDir(), testOptions())
+	defer s.Close()
+	s.space.every = 0
+	mustAppend(t, s, storedChain(1, 0, 10))
+	_, floor, _ := s.FreeSpace()
+	free := floor + 64<<10 // 64 KiB above the floor
+	s.freeSpace = func(string) (int64, error) { return free, nil }
+	mustAppend(t, s, storedChain(2, 100, 1)) // fits
+	if s.LowSpace() {
+		t.Fatal("paused with a small batch fitting")
+	}
+	if _, _, err := s.Append(ctx, storedChain(3, 1000, 20_000), nil); !errors.Is(err, ErrLowSpace) {
+		t.Fatalf("a batch larger than what is left: %v, want ErrLowSpace", err)
+	}
+	if !s.LowSpace() {
+		t.Fatal("a batch was refused for room, but LowSpace says appends go on")
+	}
+	free = floor + s.walAllowance()/2
+	if _, _, err := s.Append(ctx, storedChain(4, 50_000, 1), nil); !errors.Is(err, ErrLowSpace) || !s.LowSpace() {
+		t.Fatalf("half an allowance above the floor after a pause: %v, LowSpace %v; want still paused", err, s.LowSpace())
+	}
+	free = floor + 2*s.walAllowance()
+	mustAppend(t, s, storedChain(4, 50_000, 1))
+	if s.LowSpace() {
+		t.Fatal("still paused with two allowances free above the floor")
+	}
+}

@@ -71,7 +71,8 @@ SIGINT, when the index changed since the last one) unless
 requests in flight; requests whose bodies have not arrived by then are
 dropped unanswered (nothing of them was acknowledged). The exit status is 1
 when the WAL was fenced (a write or fsync failed), a batch was still being
-written when the wait ended, or the final snapshot failed; else 0.
+written when the wait ended, or the final snapshot failed (not for lack of
+room on a nearly full disk: the next start then replays the WAL); else 0.
 
 With --zmq (repeatable), the node subscribes to vLLM engines' ZMQ KV-event
 publishers, hashing each block's tokens itself; it applies each engine's
