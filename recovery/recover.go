@@ -82,7 +82,7 @@ func (s *Store) recover(ctx context.Context) error {
 			// A damaged file is moved aside; one that is unreadable for
 			// another reason (permissions, a lock held, another build's
 			// format) stays, not counted among the snapshots kept.
-			if errors.Is(err, snapshot.ErrCorrupt) && !errors.Is(err, snapshot.ErrIncompatible) {
+			if SnapshotDamaged(err) {
 				damaged = append(damaged, f)
 			}
 			continue
@@ -160,18 +160,29 @@ const DamagedSuffix = ".damaged"
 // nothing to recover from.
 func (s *Store) moveAside(damaged []snapshot.File) error {
 	for _, f := range damaged {
-		to := f.Path + DamagedSuffix
-		if err := os.Rename(f.Path, to); err != nil {
+		if err := MoveAside(f); err != nil {
 			return fmt.Errorf("data dir %s: moving damaged snapshot aside: %w", s.dir, err)
 		}
-		s.logger.Warn("damaged snapshot moved aside", "path", to, "index", f.Index)
-	}
-	if len(damaged) > 0 {
-		if err := syncDir(s.snapDir); err != nil {
-			return fmt.Errorf("data dir %s: %w", s.dir, err)
-		}
+		s.logger.Warn("damaged snapshot moved aside", "path", f.Path+DamagedSuffix, "index", f.Index)
 	}
 	return nil
+}
+
+// MoveAside renames the damaged snapshot f to its name with DamagedSuffix
+// and makes the rename durable.
+func MoveAside(f snapshot.File) error {
+	if err := os.Rename(f.Path, f.Path+DamagedSuffix); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(f.Path))
+}
+
+// SnapshotDamaged reports whether err, from reading a snapshot, says the
+// file is damaged, as recovery judges it: one unreadable for another reason
+// (permissions, a lock held, an I/O error, another build's format) is not,
+// and must not be moved aside, since it may be the only copy of entries.
+func SnapshotDamaged(err error) bool {
+	return errors.Is(err, snapshot.ErrCorrupt) && !errors.Is(err, snapshot.ErrIncompatible)
 }
 
 // skip records that recovery did without snapshot f; unless it is then

@@ -235,8 +235,13 @@ func (s *Store) appendRoom(cost int64) (done func(), err error) {
 			// as an empty budget does: readiness, the snapshot that may
 			// make room and the stats say so (found by drilling on a
 			// small filesystem: batches were refused while the node said
-			// it was ready, and no snapshot was taken).
-			s.pauseForBatch(cost)
+			// it was ready, and no snapshot was taken). Not one larger
+			// than the allowance a pause waits for: it would not fit when
+			// the pause ends either, and the pause would flap with each
+			// retry of it (found by review); it is refused alone.
+			if cost <= s.walAllowance() {
+				s.pauseForBatch(cost)
+			}
 			return nil, fmt.Errorf("data dir %s: %.1f MiB free on the WAL's filesystem, and appends stop at %.1f MiB, kept for the next snapshot and the WAL's next entries; free some space (a snapshot, when the index changed, may let the WAL be truncated): %w",
 				s.dir, mib(g.free.Load()), mib(g.floor.Load()), ErrLowSpace)
 		}

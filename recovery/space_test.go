@@ -350,3 +350,25 @@ func TestBatchThatDoesNotFitPauses(t *testing.T) {
 		t.Fatal("still paused with two allowances free above the floor")
 	}
 }
+
+// A batch larger than the allowance a pause waits for is refused alone:
+// pausing for it flapped with every retry (pause, a small append's reading
+// resumes, pause again), each pause a snapshot (found by review).
+func TestLargeBatchRefusedAlone(t *testing.T) {
+	ctx := context.Background()
+	s := mustOpen(t, t.TempDir(), testOptions())
+	defer s.Close()
+	s.space.every = 0
+	mustAppend(t, s, storedChain(1, 0, 10))
+	_, floor, _ := s.FreeSpace()
+	s.freeSpace = func(string) (int64, error) { return floor + 2*s.walAllowance(), nil }
+	for i := range 5 {
+		if _, _, err := s.Append(ctx, storedChain(uint64(100+i), 1_000_000*(i+1), 200_000), nil); !errors.Is(err, ErrLowSpace) {
+			t.Fatalf("a batch larger than what is left: %v, want ErrLowSpace", err)
+		}
+		if s.LowSpace() {
+			t.Fatalf("refusal %d of a large batch paused appends", i+1)
+		}
+		mustAppend(t, s, storedChain(uint64(200+i), 50_000+i*10, 1))
+	}
+}

@@ -578,6 +578,13 @@ func DamageRefusal(dataDir string, err error) string {
 			index, rename = m, fmt.Sprintf("rename it %s, then ", snapshot.FileName(m))
 		}
 		if err := VerifySnapshot(context.Background(), c.Path); err != nil {
+			if !SnapshotDamaged(err) {
+				// Not known damaged (found by review: the cut renamed a
+				// newer build's snapshot and dropped entries it held).
+				return fmt.Sprintf("%s; snapshot %s, past the damage, cannot be read here (%v) but is not known to be damaged: "+
+					"fix that (another build's format wants that build; permissions or a lock, their owner) or move it out of %s, then ask again (kvidx recover --data-dir %s --dry-run)",
+					where, filepath.Base(c.Path), err, filepath.Join(dataDir, SnapshotDirName), wal.ShellArg(dataDir))
+			}
 			bad = append(bad, fmt.Sprintf("%s: %v", filepath.Base(c.Path), err))
 			continue
 		}

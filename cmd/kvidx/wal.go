@@ -208,10 +208,14 @@ directory must not be open in a running kvidx (the command takes its lock).`,
 }
 
 // moveAsideDamaged renames *.damaged, as recovery does, the snapshots past
-// entry after (newest first, up to the first that verifies) that do not
-// verify, saying so on out, and returns the snapshots left. It first
-// checks that no kvidx holds the WAL directory walDir.
+// entry after (newest first, up to the first that verifies) that are
+// damaged, saying so on out, and returns the snapshots left. One that
+// cannot be read for another reason (another build's format, permissions,
+// a lock, an I/O error) is not known to be damaged: it may hold the only
+// copy of entries the cut drops, so it is an error. It first checks that no
+// kvidx holds the WAL directory walDir.
 func moveAsideDamaged(ctx context.Context, walDir string, snaps []snapshot.File, after uint64, out io.Writer) ([]snapshot.File, error) {
+	snaps = slices.Clone(snaps)
 	for len(snaps) > 0 {
 		f, ok := recovery.EndProof(snaps, after)
 		if !ok || f.Index <= after {
@@ -221,6 +225,13 @@ func moveAsideDamaged(ctx context.Context, walDir string, snaps []snapshot.File,
 		if verr == nil {
 			return snaps, nil
 		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if !recovery.SnapshotDamaged(verr) {
+			return nil, fmt.Errorf("snapshot %s, at WAL index %d after entry %d, cannot be read here (%v) but is not known to be damaged: the cut would end the log before it, which kvidx refuses; fix that or move it out of %s first",
+				filepath.Base(f.Path), f.Index, after, verr, filepath.Dir(f.Path))
+		}
 		lock, err := wal.LockDir(walDir)
 		if err != nil {
 			return nil, err
@@ -228,10 +239,10 @@ func moveAsideDamaged(ctx context.Context, walDir string, snaps []snapshot.File,
 		if err := lock.Unlock(); err != nil {
 			return nil, err
 		}
-		if err := os.Rename(f.Path, f.Path+recovery.DamagedSuffix); err != nil {
+		if err := recovery.MoveAside(f); err != nil {
 			return nil, err
 		}
-		fmt.Fprintf(out, "moved snapshot %s aside (%s%s): it does not verify (%v)\n", filepath.Base(f.Path), filepath.Base(f.Path), recovery.DamagedSuffix, verr)
+		fmt.Fprintf(out, "moved snapshot %s aside (%s%s): it is damaged (%v)\n", filepath.Base(f.Path), filepath.Base(f.Path), recovery.DamagedSuffix, verr)
 		snaps = slices.DeleteFunc(snaps, func(g snapshot.File) bool { return g.Path == f.Path })
 	}
 	return snaps, nil
