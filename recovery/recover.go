@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -82,7 +83,7 @@ func (s *Store) recover(ctx context.Context) error {
 			// A damaged file is moved aside; one that is unreadable for
 			// another reason (permissions, a lock held, another build's
 			// format) stays, not counted among the snapshots kept.
-			if SnapshotDamaged(err) {
+			if SnapshotDamaged(f.Path, err) {
 				damaged = append(damaged, f)
 			}
 			continue
@@ -177,12 +178,33 @@ func MoveAside(f snapshot.File) error {
 	return syncDir(filepath.Dir(f.Path))
 }
 
-// SnapshotDamaged reports whether err, from reading a snapshot, says the
-// file is damaged, as recovery judges it: one unreadable for another reason
-// (permissions, a lock held, an I/O error, another build's format) is not,
-// and must not be moved aside, since it may be the only copy of entries.
-func SnapshotDamaged(err error) bool {
-	return errors.Is(err, snapshot.ErrCorrupt) && !errors.Is(err, snapshot.ErrIncompatible)
+// SnapshotDamaged reports whether err, from reading the snapshot at path,
+// says the file is damaged, as recovery judges it: one unreadable for
+// another reason (permissions, a lock held, another build's format) is not,
+// and must not be moved aside, since it may hold the only copy of entries.
+// Nor is one whose bytes cannot all be read now: bbolt reports a failed
+// read of its pages (EIO, as an "invalid database" or a fault in its memory
+// map) as it reports damage, so the file is read through first (found by
+// review: a sound snapshot on a device answering EIO was renamed, and the
+// repair then cut the entries it alone held).
+func SnapshotDamaged(path string, err error) bool {
+	return errors.Is(err, snapshot.ErrCorrupt) && !errors.Is(err, snapshot.ErrIncompatible) && readsWhole(path)
+}
+
+// readsWhole reports whether every byte of the file at path reads without
+// an error, as many as its size says.
+func readsWhole(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return false
+	}
+	n, err := io.Copy(io.Discard, f)
+	return err == nil && n == fi.Size()
 }
 
 // skip records that recovery did without snapshot f; unless it is then

@@ -578,7 +578,7 @@ func DamageRefusal(dataDir string, err error) string {
 			index, rename = m, fmt.Sprintf("rename it %s, then ", snapshot.FileName(m))
 		}
 		if err := VerifySnapshot(context.Background(), c.Path); err != nil {
-			if !SnapshotDamaged(err) {
+			if !SnapshotDamaged(c.Path, err) {
 				// Not known damaged (found by review: the cut renamed a
 				// newer build's snapshot and dropped entries it held).
 				return fmt.Sprintf("%s; snapshot %s, past the damage, cannot be read here (%v) but is not known to be damaged: "+

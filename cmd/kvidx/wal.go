@@ -228,7 +228,7 @@ func moveAsideDamaged(ctx context.Context, walDir string, snaps []snapshot.File,
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		if !recovery.SnapshotDamaged(verr) {
+		if !recovery.SnapshotDamaged(f.Path, verr) {
 			return nil, fmt.Errorf("snapshot %s, at WAL index %d after entry %d, cannot be read here (%v) but is not known to be damaged: the cut would end the log before it, which kvidx refuses; fix that or move it out of %s first",
 				filepath.Base(f.Path), f.Index, after, verr, filepath.Dir(f.Path))
 		}
