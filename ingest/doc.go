@@ -29,7 +29,9 @@
 //     "zmq:<endpoint>#ts", and a later one is a restarted engine's (kvidx
 //     was away while it restarted): the worker is cleared and the new
 //     engine's batches are replayed from 0 (without a replay endpoint,
-//     the ones before are a gap);
+//     the ones before are a gap); with a ts recorded, a replay asks from
+//     the last sequence applied, so that a new engine already past it
+//     sends a batch there made later;
 //   - sequence 0 after higher ones: the engine restarted; the worker is
 //     cleared (a Cleared event per DP rank the source has seen; other
 //     sources may feed the worker id's other ranks) in the same Append as

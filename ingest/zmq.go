@@ -311,7 +311,7 @@ func (s *ZMQSource) Run(ctx context.Context) error {
 	}()
 
 	if s.spec.Replay != "" {
-		if err := s.replay(ctx, s.next()); err != nil {
+		if err := s.replay(ctx, s.replayFrom()); err != nil {
 			return nil // ctx done
 		}
 	}
@@ -767,9 +767,9 @@ func (s *ZMQSource) deliver(ctx context.Context, seq uint64, payload []byte, rep
 	}
 
 	clear := s.pendingClear
-	if s.have && seq <= s.last && !replayed && s.lastTS != 0 {
+	if s.have && seq <= s.last && s.lastTS != 0 {
 		if ts, ok := s.dec.TS(payload); ok && tsMicros(&VLLMBatch{TS: ts, HasTS: true}) > s.lastTS {
-			return s.restarted(ctx, seq, payload)
+			return s.restarted(ctx, seq, payload, replayed)
 		}
 	}
 	if s.have && seq <= s.last {
@@ -789,7 +789,7 @@ func (s *ZMQSource) deliver(ctx context.Context, seq uint64, payload []byte, rep
 		s.log.Info("zmq publisher restarted (sequence reset): clearing the worker", "last_seq", s.last)
 	} else if next := s.next(); seq > next {
 		if !replayed && s.spec.Replay != "" {
-			if err := s.replay(ctx, next); err != nil {
+			if err := s.replay(ctx, s.replayFrom()); err != nil {
 				return err
 			}
 			if s.have && seq <= s.last {
@@ -869,14 +869,28 @@ func (s *ZMQSource) deliver(ctx context.Context, seq uint64, payload []byte, rep
 	return s.append(ctx, events, seq, tsMicros(&b), clear, rankPos...)
 }
 
-// restarted handles live batch seq of an engine that restarted while its
-// batches were not followed (kvidx away, or reconnecting): its sequence
-// is at or below the last one applied, but its ts is later than that
-// batch's, so it is no duplicate. The old engine's blocks are gone: the
-// worker is cleared before the new engine's first batch, which a replay
-// from 0 fetches when the engine has a replay endpoint (the batches before
-// seq are lost otherwise, a gap). It returns an error only when ctx ends.
-func (s *ZMQSource) restarted(ctx context.Context, seq uint64, payload []byte) error {
+// replayFrom is where a replay starts: at the next batch, or at the last
+// one applied when the ts of the batches is known. The engine keeps its
+// newest batches, so the same engine sends that batch back (a duplicate);
+// a restarted engine already past that sequence sends one made after it,
+// which tells the restart (see restarted), where the batches after it
+// alone passed for the old engine's continuation.
+func (s *ZMQSource) replayFrom() uint64 {
+	if s.have && s.lastTS != 0 {
+		return s.last
+	}
+	return s.next()
+}
+
+// restarted handles batch seq (live, or replayed) of an engine that
+// restarted while its batches were not followed (kvidx away, or
+// reconnecting): its sequence is at or below the last one applied, but its
+// ts is later than the batches applied, so it is no duplicate. The old
+// engine's blocks are gone: the worker is cleared before the new engine's
+// first batch, which a replay from 0 fetches when the engine has a replay
+// endpoint (the batches before seq are lost otherwise, a gap). It returns
+// an error only when ctx ends.
+func (s *ZMQSource) restarted(ctx context.Context, seq uint64, payload []byte, replayed bool) error {
 	s.mu.Lock()
 	s.stats.Resets++
 	s.stats.HighestSeq = seq
@@ -894,7 +908,7 @@ func (s *ZMQSource) restarted(ctx context.Context, seq uint64, payload []byte) e
 			return nil // the replay applied it
 		}
 	}
-	return s.deliver(ctx, seq, payload, false)
+	return s.deliver(ctx, seq, payload, replayed)
 }
 
 // clearEvents returns the events that forget what this source applied: a

@@ -117,3 +117,56 @@ func TestClockStepBackIsNoRestart(t *testing.T) {
 		}
 	}
 }
+
+// An engine that restarted while kvidx was away and is already past the
+// last sequence applied: the replay asked from that sequence (not the one
+// after) returns the new engine's batch there, made after the old one's:
+// a restart, where the batches after it alone passed for the old engine's
+// continuation and its blocks stayed held.
+func TestEngineRestartPastTheLastSequence(t *testing.T) {
+	ctx := t.Context()
+	e := newFakeEngine(t, ctx)
+	st := &indexStore{ix: engine.New()}
+	spec := ZMQSpec{Endpoint: e.pubEP, WorkerID: 7, Replay: e.repEP}
+	held := func(tok uint64) bool { return len(st.ix.Match(local(tokens(2, int(tok)), 2, ""), nil)) != 0 }
+
+	src := NewZMQSource(spec, st, testOptions())
+	stop := runUntilCancelled(t, ctx, src)
+	for seq := uint64(0); seq <= 5; seq++ { // the old engine
+		p := storedAt(1000+float64(seq), 100+seq, 10+2*seq)
+		e.mu.Lock()
+		e.buf[seq] = p
+		e.mu.Unlock()
+		sendUntil(t, e, seq, p, "old batch", func() bool { s := src.Stats(); return s.HasSeq && s.LastSeq == seq })
+	}
+	stop()
+
+	// The new engine got to batch 9 while kvidx was away.
+	e.mu.Lock()
+	e.buf = map[uint64][]byte{}
+	for seq := uint64(0); seq <= 9; seq++ {
+		e.buf[seq] = storedAt(2000+float64(seq), 900+seq, 500+2*seq)
+	}
+	e.mu.Unlock()
+	src = NewZMQSource(spec, st, testOptions())
+	runSource(t, ctx, src)
+	waitFor(t, "the new engine's batches", func() bool { s := src.Stats(); return s.Resets == 1 && s.LastSeq == 9 })
+	p := storedAt(2010, 910, 520)
+	e.mu.Lock()
+	e.buf[10] = p
+	e.mu.Unlock()
+	sendUntil(t, e, 10, p, "new batch 10", func() bool { return src.Stats().LastSeq == 10 })
+	for seq := uint64(0); seq <= 5; seq++ {
+		if held(10 + 2*seq) {
+			t.Errorf("the old engine's block of batch %d is still held", seq)
+		}
+	}
+	for seq := uint64(0); seq <= 10; seq++ {
+		if !held(500 + 2*seq) {
+			t.Errorf("the new engine's block of batch %d is missing", seq)
+		}
+	}
+	if s := src.Stats(); s.Errors[ReasonGap] != 0 || s.Clears != 1 {
+		t.Errorf("stats: gap errors %d, clears %d; want 0 and 1", s.Errors[ReasonGap], s.Clears)
+	}
+}
