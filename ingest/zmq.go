@@ -159,6 +159,8 @@ type ZMQSource struct {
 	// pendingClear: a restarted engine was found and its batches are being
 	// replayed from 0: the first one applied clears the worker first.
 	pendingClear bool
+	// restartReplay: that replay from 0 is running.
+	restartReplay bool
 }
 
 // maxDPRanks bounds the distinct data_parallel_rank values one source
@@ -781,8 +783,9 @@ func (s *ZMQSource) deliver(ctx context.Context, seq uint64, payload []byte, rep
 			return nil
 		}
 		// Sequence 0 after higher ones: the engine restarted and its
-		// blocks are gone.
+		// blocks are gone; its own clock takes over from the old one's.
 		clear = true
+		s.lastTS = 0
 		s.mu.Lock()
 		s.stats.Resets++
 		s.mu.Unlock()
@@ -818,7 +821,13 @@ func (s *ZMQSource) deliver(ctx context.Context, seq uint64, payload []byte, rep
 		// batches would be dropped as duplicates.
 		s.fail(ReasonDecode, fmt.Errorf("batch %d: %w (clearing the worker)", seq, err))
 		if s.have && seq <= s.next() {
-			return s.append(ctx, s.clearEvents(nil), seq, 0, true)
+			// Its ts, when that much decodes, still counts: a live copy
+			// of it must not look made after the batches applied.
+			var ts uint64
+			if t, ok := s.dec.TS(payload); ok {
+				ts = tsMicros(&VLLMBatch{TS: t, HasTS: true})
+			}
+			return s.append(ctx, s.clearEvents(nil), seq, ts, true)
 		}
 		// Its sequence is not taken: nor does it stay the highest received
 		// (counted at arrival, it held Lag near 2^62 for good).
@@ -900,8 +909,15 @@ func (s *ZMQSource) restarted(ctx context.Context, seq uint64, payload []byte, r
 		"seq", seq, "last_seq", s.last)
 	// The new engine's own clock takes over from the old one's.
 	s.have, s.last, s.lastTS, s.pendingClear = false, 0, 0, true
-	if s.spec.Replay != "" && seq > 0 {
-		if err := s.replay(ctx, 0); err != nil {
+	// One replay from 0 at a time: a replay endpoint that answers out of
+	// order, each batch later than the last, made every replayed batch a
+	// restart and nested replays without end (found by review); inside
+	// one, the batches before seq are a gap.
+	if s.spec.Replay != "" && seq > 0 && !s.restartReplay {
+		s.restartReplay = true
+		err := s.replay(ctx, 0)
+		s.restartReplay = false
+		if err != nil {
 			return err
 		}
 		if s.have && seq <= s.last {
@@ -943,12 +959,10 @@ func (s *ZMQSource) clearEvents(rank *uint32) []engine.Event {
 // ctx ends.
 func (s *ZMQSource) append(ctx context.Context, events []engine.Event, seq, ts uint64, cleared bool, extra ...wal.Position) error {
 	// The latest ts applied, not the last: an engine's clock stepped back
-	// must not make an older batch look made after it (a restart). A
-	// batch without one turns the check off until the next.
-	newTS := ts
-	if ts != 0 {
-		newTS = max(s.lastTS, ts)
-	}
+	// must not make an older batch look made after it (a restart); a batch
+	// without one changes nothing (found by review: it reset the latest to
+	// 0, and a clock stepped back after it made a duplicate a restart).
+	newTS := max(s.lastTS, ts)
 	positions := append([]wal.Position{{Source: s.name, Seq: seq}, {Source: s.name + tsMark, Seq: newTS}}, extra...)
 	backoff := s.opts.MinBackoff
 	for {

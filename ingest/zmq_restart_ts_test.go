@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"testing"
+	"time"
 
 	"github.com/kvidx/kvidx/engine"
 )
@@ -168,5 +169,72 @@ func TestEngineRestartPastTheLastSequence(t *testing.T) {
 	}
 	if s := src.Stats(); s.Errors[ReasonGap] != 0 || s.Clears != 1 {
 		t.Errorf("stats: gap errors %d, clears %d; want 0 and 1", s.Errors[ReasonGap], s.Clears)
+	}
+}
+
+// A batch without a ts, or one that does not decode, leaves the latest ts
+// applied as it was: it reset it to 0, and a clock stepped back after it
+// made the live copy of an earlier batch look like a restart (found by
+// review: the worker was cleared and the recorded sequence went back).
+func TestBatchWithoutTSKeepsTheLatest(t *testing.T) {
+	noTS := newMP().arr(3).null().arr(1).arr(5).str("BlockStored").us(102).null().us(14, 15).u(2).u(0).bytes()
+	undecodable := newMP().arr(2).f(1002).u(5).bytes()
+	for name, p2 := range map[string][]byte{"no ts": noTS, "undecodable": undecodable} {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			src := NewZMQSource(ZMQSpec{Endpoint: "tcp://127.0.0.1:1", WorkerID: 7}, &indexStore{ix: engine.New()}, testOptions())
+			for _, d := range []struct {
+				seq      uint64
+				p        []byte
+				replayed bool
+			}{
+				{0, storedAt(1000, 100, 10), false},
+				{1, storedAt(1001, 101, 12), true},
+				{2, p2, true},
+				{3, storedAt(999.5, 103, 16), true}, // the clock stepped back
+				{1, storedAt(1001, 101, 12), false}, // the queued live copy of 1
+			} {
+				if err := src.deliver(ctx, d.seq, d.p, d.replayed); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if s := src.Stats(); s.Resets != 0 || s.LastSeq != 3 {
+				t.Fatalf("a duplicate taken for a restart: resets %d, clears %d, last %d", s.Resets, s.Clears, s.LastSeq)
+			}
+		})
+	}
+}
+
+// A replay endpoint answering out of order, each batch later than the
+// last, made every replayed batch a restart, each a replay from 0 nested
+// in the one before, without end (found by review): one replay from 0 runs
+// at a time.
+func TestRestartReplaysDoNotNest(t *testing.T) {
+	ctx := t.Context()
+	e := newFakeEngine(t, ctx)
+	st := &indexStore{ix: engine.New()}
+	src := NewZMQSource(ZMQSpec{Endpoint: e.pubEP, WorkerID: 7, Replay: e.repEP}, st, testOptions())
+	runSource(t, ctx, src)
+	for seq := uint64(0); seq <= 5; seq++ {
+		p := storedAt(1000+float64(seq), 100+seq, 10+2*seq)
+		e.mu.Lock()
+		e.buf[seq] = p
+		e.mu.Unlock()
+		sendUntil(t, e, seq, p, "old batch", func() bool { s := src.Stats(); return s.HasSeq && s.LastSeq == seq })
+	}
+	k := 0.0
+	e.mu.Lock()
+	e.answer = func(_ uint64, buf map[uint64][]byte) ([]uint64, bool) {
+		k += 2
+		buf[2] = storedAt(3000+k, 902, 600)
+		buf[1] = storedAt(3001+k, 901, 602)
+		return []uint64{2, 1}, true
+	}
+	e.mu.Unlock()
+	e.send([]byte("kv-events"), be64(1), storedAt(2000, 900, 500)) // a restarted engine, live
+	waitFor(t, "a restart", func() bool { return src.Stats().Resets > 0 })
+	time.Sleep(time.Second)
+	if n := len(e.replayRequests()); n > 10 {
+		t.Fatalf("%d replay requests in a second after one restart: replays nest", n)
 	}
 }
