@@ -13,6 +13,30 @@ func storedAt(ts float64, hash, tok uint64) []byte {
 	return newMP().arr(3).f(ts).arr(1).arr(5).str("BlockStored").us(hash).null().us(tok, tok+1).u(2).u(0).bytes()
 }
 
+// applyOldEngine has e publish batches 0..5 (ts 1000+seq, one block each:
+// tokens 10+2seq) until src applied each.
+func applyOldEngine(t *testing.T, e *fakeEngine, src *ZMQSource) {
+	t.Helper()
+	for seq := uint64(0); seq <= 5; seq++ {
+		p := storedAt(1000+float64(seq), 100+seq, 10+2*seq)
+		e.mu.Lock()
+		e.buf[seq] = p
+		e.mu.Unlock()
+		sendUntil(t, e, seq, p, "old batch", func() bool { s := src.Stats(); return s.HasSeq && s.LastSeq == seq })
+	}
+}
+
+// restartEngine replaces e's replay buffer with a restarted engine's
+// batches 0..last (ts 2000+seq, one block each: tokens 500+2seq).
+func restartEngine(e *fakeEngine, last uint64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.buf = map[uint64][]byte{}
+	for seq := uint64(0); seq <= last; seq++ {
+		e.buf[seq] = storedAt(2000+float64(seq), 900+seq, 500+2*seq)
+	}
+}
+
 // An engine that restarts while kvidx is away comes back at sequences at
 // or below the last one applied, which were dropped as duplicates while
 // the old engine's blocks stayed held (found by review). Its batches are
@@ -38,13 +62,7 @@ func TestEngineRestartWhileAway(t *testing.T) {
 
 			src := NewZMQSource(spec, st, testOptions())
 			stop := runUntilCancelled(t, ctx, src)
-			for seq := uint64(0); seq <= 5; seq++ { // the old engine
-				p := storedAt(1000+float64(seq), 100+seq, 10+2*seq)
-				e.mu.Lock()
-				e.buf[seq] = p
-				e.mu.Unlock()
-				sendUntil(t, e, seq, p, "old batch", func() bool { s := src.Stats(); return s.HasSeq && s.LastSeq == seq })
-			}
+			applyOldEngine(t, e, src)
 			// The same batch again: a duplicate, not a restart.
 			sendUntil(t, e, 5, storedAt(1005, 105, 20), "a duplicate", func() bool { return src.Stats().Duplicates > 0 })
 			if s := src.Stats(); s.Resets != 0 || s.Clears != 0 {
@@ -54,12 +72,7 @@ func TestEngineRestartWhileAway(t *testing.T) {
 
 			// The engine restarts while kvidx is away: its batches 0..3
 			// are in its replay buffer only.
-			e.mu.Lock()
-			e.buf = map[uint64][]byte{}
-			for seq := uint64(0); seq <= 3; seq++ {
-				e.buf[seq] = storedAt(2000+float64(seq), 900+seq, 500+2*seq)
-			}
-			e.mu.Unlock()
+			restartEngine(e, 3)
 			src = NewZMQSource(spec, st, testOptions())
 			runSource(t, ctx, src)
 			for seq := uint64(4); seq <= 8; seq++ {
@@ -133,22 +146,11 @@ func TestEngineRestartPastTheLastSequence(t *testing.T) {
 
 	src := NewZMQSource(spec, st, testOptions())
 	stop := runUntilCancelled(t, ctx, src)
-	for seq := uint64(0); seq <= 5; seq++ { // the old engine
-		p := storedAt(1000+float64(seq), 100+seq, 10+2*seq)
-		e.mu.Lock()
-		e.buf[seq] = p
-		e.mu.Unlock()
-		sendUntil(t, e, seq, p, "old batch", func() bool { s := src.Stats(); return s.HasSeq && s.LastSeq == seq })
-	}
+	applyOldEngine(t, e, src)
 	stop()
 
 	// The new engine got to batch 9 while kvidx was away.
-	e.mu.Lock()
-	e.buf = map[uint64][]byte{}
-	for seq := uint64(0); seq <= 9; seq++ {
-		e.buf[seq] = storedAt(2000+float64(seq), 900+seq, 500+2*seq)
-	}
-	e.mu.Unlock()
+	restartEngine(e, 9)
 	src = NewZMQSource(spec, st, testOptions())
 	runSource(t, ctx, src)
 	waitFor(t, "the new engine's batches", func() bool { s := src.Stats(); return s.Resets == 1 && s.LastSeq == 9 })
@@ -215,13 +217,7 @@ func TestRestartReplaysDoNotNest(t *testing.T) {
 	st := &indexStore{ix: engine.New()}
 	src := NewZMQSource(ZMQSpec{Endpoint: e.pubEP, WorkerID: 7, Replay: e.repEP}, st, testOptions())
 	runSource(t, ctx, src)
-	for seq := uint64(0); seq <= 5; seq++ {
-		p := storedAt(1000+float64(seq), 100+seq, 10+2*seq)
-		e.mu.Lock()
-		e.buf[seq] = p
-		e.mu.Unlock()
-		sendUntil(t, e, seq, p, "old batch", func() bool { s := src.Stats(); return s.HasSeq && s.LastSeq == seq })
-	}
+	applyOldEngine(t, e, src)
 	k := 0.0
 	e.mu.Lock()
 	e.answer = func(_ uint64, buf map[uint64][]byte) ([]uint64, bool) {

@@ -130,6 +130,18 @@ func du(t *testing.T, dir string) int64 {
 	return n
 }
 
+// guardedStore returns a store that reads the free space at every append,
+// holding a few blocks, and the floor its first reading found. It is
+// closed when t ends.
+func guardedStore(t *testing.T) (*Store, int64) {
+	s := mustOpen(t, t.TempDir(), testOptions())
+	t.Cleanup(func() { s.Close() })
+	s.space.every = 0
+	mustAppend(t, s, storedChain(1, 0, 10))
+	_, floor, _ := s.FreeSpace()
+	return s, floor
+}
+
 // fakeCapacity makes s see a filesystem of capacity bytes holding dir.
 func fakeCapacity(t *testing.T, s *Store, dir string, capacity int64) {
 	s.freeSpace = func(string) (int64, error) { return capacity - du(t, dir), nil }
@@ -176,11 +188,7 @@ func TestAppendsBetweenReadingsStayAboveTheFloor(t *testing.T) {
 // pause with no snapshot to end it).
 func TestPauseLeavesRoomForTheSnapshot(t *testing.T) {
 	ctx := context.Background()
-	s := mustOpen(t, t.TempDir(), testOptions())
-	defer s.Close()
-	s.space.every = 0
-	mustAppend(t, s, storedChain(1, 0, 10))
-	_, floor, _ := s.FreeSpace()
+	s, floor := guardedStore(t)
 	free := floor + 8<<20 // the disk never changes: only the index grows
 	s.freeSpace = func(string) (int64, error) { return free, nil }
 	for i := 0; ; i++ {
@@ -323,11 +331,7 @@ func TestRefusedAppendLeavesTheBudget(t *testing.T) {
 // a WAL allowance is free above the floor.
 func TestBatchThatDoesNotFitPauses(t *testing.T) {
 	ctx := context.Background()
-	s := mustOpen(t, t.TempDir(), testOptions())
-	defer s.Close()
-	s.space.every = 0
-	mustAppend(t, s, storedChain(1, 0, 10))
-	_, floor, _ := s.FreeSpace()
+	s, floor := guardedStore(t)
 	free := floor + 64<<10 // 64 KiB above the floor
 	s.freeSpace = func(string) (int64, error) { return free, nil }
 	mustAppend(t, s, storedChain(2, 100, 1)) // fits
@@ -356,11 +360,7 @@ func TestBatchThatDoesNotFitPauses(t *testing.T) {
 // resumes, pause again), each pause a snapshot (found by review).
 func TestLargeBatchRefusedAlone(t *testing.T) {
 	ctx := context.Background()
-	s := mustOpen(t, t.TempDir(), testOptions())
-	defer s.Close()
-	s.space.every = 0
-	mustAppend(t, s, storedChain(1, 0, 10))
-	_, floor, _ := s.FreeSpace()
+	s, floor := guardedStore(t)
 	s.freeSpace = func(string) (int64, error) { return floor + 2*s.walAllowance(), nil }
 	for i := range 5 {
 		if _, _, err := s.Append(ctx, storedChain(uint64(100+i), 1_000_000*(i+1), 200_000), nil); !errors.Is(err, ErrLowSpace) {
