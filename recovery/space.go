@@ -132,7 +132,10 @@ func freeBytes(dir string) (int64, error) {
 // adds: its entry's bytes (wal.EntryBound) and the growth of the next
 // snapshot's room by its stored blocks. When the budget runs out the free
 // space is read again at once, so concurrent appends cannot pass the floor
-// between two readings.
+// between two readings. A batch that does not fit in what is left pauses
+// appends as an empty budget does (when it is within a WAL allowance: a
+// larger one is refused alone), and a pause ends only with an allowance
+// free above the floor, so that it does not flap near it.
 //
 // While a snapshot is written its file takes the room the floor kept for
 // it, and a reading would count it twice: from the moment roomFor passes
