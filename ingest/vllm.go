@@ -364,19 +364,23 @@ func (v *VLLMDecoder) TS(payload []byte) (ts float64, ok bool) {
 		if err != nil {
 			return 0, false
 		}
+		// The last "ts" key, as Decode keeps (a map may repeat a key).
 		for range n {
 			key, err := v.key()
 			if err != nil {
 				return 0, false
 			}
-			if key == "ts" {
-				ts, ok, _ = v.ts()
-				return ts, ok
+			if key != "ts" {
+				if v.skip() != nil {
+					return 0, false
+				}
+				continue
 			}
-			if v.skip() != nil {
+			if ts, ok, err = v.ts(); err != nil {
 				return 0, false
 			}
 		}
+		return ts, ok
 	}
 	return 0, false
 }

@@ -767,7 +767,12 @@ func (s *ZMQSource) deliver(ctx context.Context, seq uint64, payload []byte, rep
 		s.stats.ReplayedBatches++
 		s.mu.Unlock()
 	}
+	return s.apply(ctx, seq, payload, replayed)
+}
 
+// apply is deliver past its counting of replayed batches (restarted
+// applies a batch deliver counted already).
+func (s *ZMQSource) apply(ctx context.Context, seq uint64, payload []byte, replayed bool) error {
 	clear := s.pendingClear
 	if s.have && seq <= s.last && s.lastTS != 0 {
 		if ts, ok := s.dec.TS(payload); ok && tsMicros(&VLLMBatch{TS: ts, HasTS: true}) > s.lastTS {
@@ -791,7 +796,9 @@ func (s *ZMQSource) deliver(ctx context.Context, seq uint64, payload []byte, rep
 		s.mu.Unlock()
 		s.log.Info("zmq publisher restarted (sequence reset): clearing the worker", "last_seq", s.last)
 	} else if next := s.next(); seq > next {
-		if !replayed && s.spec.Replay != "" {
+		// Not while the batch that showed a restart is applied: its
+		// replay from 0 has run (or failed) already.
+		if !replayed && !s.restartReplay && s.spec.Replay != "" {
 			if err := s.replay(ctx, s.replayFrom()); err != nil {
 				return err
 			}
@@ -912,19 +919,22 @@ func (s *ZMQSource) restarted(ctx context.Context, seq uint64, payload []byte, r
 	// One replay from 0 at a time: a replay endpoint that answers out of
 	// order, each batch later than the last, made every replayed batch a
 	// restart and nested replays without end (found by review); inside
-	// one, the batches before seq are a gap.
-	if s.spec.Replay != "" && seq > 0 && !s.restartReplay {
-		s.restartReplay = true
-		err := s.replay(ctx, 0)
-		s.restartReplay = false
-		if err != nil {
+	// one, the batches before seq are a gap. Nor does the batch that showed
+	// the restart ask for another when that replay failed.
+	if s.restartReplay {
+		return s.apply(ctx, seq, payload, replayed)
+	}
+	s.restartReplay = true
+	defer func() { s.restartReplay = false }()
+	if s.spec.Replay != "" && seq > 0 {
+		if err := s.replay(ctx, 0); err != nil {
 			return err
 		}
 		if s.have && seq <= s.last {
 			return nil // the replay applied it
 		}
 	}
-	return s.deliver(ctx, seq, payload, replayed)
+	return s.apply(ctx, seq, payload, replayed)
 }
 
 // clearEvents returns the events that forget what this source applied: a

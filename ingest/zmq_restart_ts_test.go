@@ -234,3 +234,66 @@ func TestRestartReplaysDoNotNest(t *testing.T) {
 		t.Fatalf("%d replay requests in a second after one restart: replays nest", n)
 	}
 }
+
+// A restart seen live while the replay endpoint is silent asks for one
+// replay from 0: the batch that showed it asked again, as a gap (found by
+// review: two replay timeouts for one restart).
+func TestRestartWithSilentReplayAsksOnce(t *testing.T) {
+	ctx := t.Context()
+	e := newFakeEngine(t, ctx)
+	st := &indexStore{ix: engine.New()}
+	opts := testOptions()
+	opts.ReplayTimeout = 500 * time.Millisecond
+	src := NewZMQSource(ZMQSpec{Endpoint: e.pubEP, WorkerID: 7, Replay: e.repEP}, st, opts)
+	runSource(t, ctx, src)
+	applyOldEngine(t, e, src)
+	e.mu.Lock()
+	e.answer = func(uint64, map[uint64][]byte) ([]uint64, bool) { return nil, false } // silent
+	e.mu.Unlock()
+	e.send([]byte("kv-events"), be64(3), storedAt(2003, 903, 506))
+	waitFor(t, "the new engine's batch", func() bool { s := src.Stats(); return s.Resets == 1 && s.LastSeq == 3 })
+	if s := src.Stats(); s.Errors[ReasonReplay] != 1 {
+		t.Errorf("%d replay errors for one restart (requests %v), want 1", s.Errors[ReasonReplay], e.replayRequests())
+	}
+}
+
+// A replayed batch that shows a restart is counted once among the
+// replayed ones (found by review: applying it went through the counting
+// again).
+func TestRestartReplayedBatchCountedOnce(t *testing.T) {
+	ctx := t.Context()
+	src := NewZMQSource(ZMQSpec{Endpoint: "tcp://127.0.0.1:1", WorkerID: 7}, &indexStore{ix: engine.New()}, testOptions())
+	for seq := uint64(0); seq <= 5; seq++ {
+		if err := src.deliver(ctx, seq, storedAt(1000+float64(seq), 100+seq, 10+2*seq), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := src.deliver(ctx, 5, storedAt(2005, 905, 510), true); err != nil {
+		t.Fatal(err)
+	}
+	if s := src.Stats(); s.ReplayedBatches != 1 || s.Resets != 1 {
+		t.Errorf("replayed batches %d, resets %d; want 1 and 1", s.ReplayedBatches, s.Resets)
+	}
+}
+
+// The same bytes are a duplicate: a map repeating "ts" is read the same
+// way by the restart check and by Decode (the last one), so the batch
+// again is no restart (found by review).
+func TestRepeatedTSKeyIsNoRestart(t *testing.T) {
+	ctx := t.Context()
+	src := NewZMQSource(ZMQSpec{Endpoint: "tcp://127.0.0.1:1", WorkerID: 7}, &indexStore{ix: engine.New()}, testOptions())
+	for seq := uint64(0); seq <= 4; seq++ {
+		if err := src.deliver(ctx, seq, storedAt(1000+float64(seq), 100+seq, 10+2*seq), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := newMP().mapl(3).str("ts").f(3000).str("events").arr(0).str("ts").f(1005).bytes()
+	for _, replayed := range []bool{false, true} {
+		if err := src.deliver(ctx, 5, p, replayed); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := src.Stats(); s.Resets != 0 || s.Clears != 0 {
+		t.Errorf("the same batch again taken for a restart: resets %d, clears %d", s.Resets, s.Clears)
+	}
+}
