@@ -74,11 +74,20 @@ when the WAL was fenced (a write or fsync failed), a batch was still being
 written when the wait ended, or the final snapshot failed (not for lack of
 room on a nearly full disk: the next start then replays the WAL); else 0.
 
+Before the WAL can fill its filesystem, ingest pauses: while less is free
+than a snapshot of the index and the WAL's next entries need, events get 503
+with Retry-After ("ingest paused"), /readyz says ingest_paused, a snapshot is
+taken if the index changed (its retention may free WAL segments), and ingest
+resumes by itself once space is back (see /v1/stats disk_free_bytes and
+disk_floor_bytes).
+
 With --zmq (repeatable), the node subscribes to vLLM engines' ZMQ KV-event
 publishers, hashing each block's tokens itself; it applies each engine's
 batches in sequence order, asks the replay socket for missed ones, drops
-duplicates, clears a worker whose engine restarted, and records the last
-applied sequence in the WAL so a restart resumes with the next batch.
+duplicates, clears a worker whose engine restarted (told by a sequence 0, or
+by a batch at or below the last applied made after it: its ts), and records
+the last applied sequence and ts in the WAL so a restart resumes with the next
+batch.
 
 With --nats-url, the node also consumes a NATS JetStream stream of events
 (each message one event or an NDJSON batch) with its own ordered consumer,
