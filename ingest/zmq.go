@@ -232,13 +232,13 @@ func (s *ZMQSource) rankPosition(r uint32) wal.Position {
 // in microseconds ("zmq:<endpoint>#ts"; 0 when the last one had none).
 const tsMark = "#ts"
 
-// tsMicros is a batch's ts in microseconds, or 0 when it has none (or one
-// before 1970, or past 2^64 µs).
-func tsMicros(b *VLLMBatch) uint64 {
-	if !b.HasTS || b.TS <= 0 || b.TS >= math.MaxUint64/1e6 {
+// tsMicros is a batch's ts in microseconds, or 0 when it has none (ok
+// false), or one before 1970 or past 2^64 µs.
+func tsMicros(ts float64, ok bool) uint64 {
+	if !ok || ts <= 0 || ts >= math.MaxUint64/1e6 {
 		return 0
 	}
-	return uint64(b.TS * 1e6)
+	return uint64(ts * 1e6)
 }
 
 // rankOf returns the DP rank a position name of this source's records.
@@ -775,7 +775,7 @@ func (s *ZMQSource) deliver(ctx context.Context, seq uint64, payload []byte, rep
 func (s *ZMQSource) apply(ctx context.Context, seq uint64, payload []byte, replayed bool) error {
 	clear := s.pendingClear
 	if s.have && seq <= s.last && s.lastTS != 0 {
-		if ts, ok := s.dec.TS(payload); ok && tsMicros(&VLLMBatch{TS: ts, HasTS: true}) > s.lastTS {
+		if tsMicros(s.dec.TS(payload)) > s.lastTS {
 			return s.restarted(ctx, seq, payload, replayed)
 		}
 	}
@@ -830,11 +830,7 @@ func (s *ZMQSource) apply(ctx context.Context, seq uint64, payload []byte, repla
 		if s.have && seq <= s.next() {
 			// Its ts, when that much decodes, still counts: a live copy
 			// of it must not look made after the batches applied.
-			var ts uint64
-			if t, ok := s.dec.TS(payload); ok {
-				ts = tsMicros(&VLLMBatch{TS: t, HasTS: true})
-			}
-			return s.append(ctx, s.clearEvents(nil), seq, ts, true)
+			return s.append(ctx, s.clearEvents(nil), seq, tsMicros(s.dec.TS(payload)), true)
 		}
 		// Its sequence is not taken: nor does it stay the highest received
 		// (counted at arrival, it held Lag near 2^62 for good).
@@ -855,7 +851,7 @@ func (s *ZMQSource) apply(ctx context.Context, seq uint64, payload []byte, repla
 		// rank is not remembered, so the clear stays bounded; since the
 		// batch's effect on the worker is lost, the worker is cleared.
 		s.fail(ReasonDecode, fmt.Errorf("batch %d: data_parallel_rank %d beyond the %d distinct ranks a source accepts (clearing the worker)", seq, b.DPRank, maxDPRanks))
-		return s.append(ctx, s.clearEvents(nil), seq, tsMicros(&b), true)
+		return s.append(ctx, s.clearEvents(nil), seq, tsMicros(b.TS, b.HasTS), true)
 	}
 	if b.Unknown > 0 {
 		s.fail(ReasonUnknown, fmt.Errorf("batch %d: %d events of an unknown class skipped", seq, b.Unknown))
@@ -882,7 +878,7 @@ func (s *ZMQSource) apply(ctx context.Context, seq uint64, payload []byte, repla
 	if seq == 0 {
 		s.zeroSum, s.haveZero = xxh3.Hash(payload), true
 	}
-	return s.append(ctx, events, seq, tsMicros(&b), clear, rankPos...)
+	return s.append(ctx, events, seq, tsMicros(b.TS, b.HasTS), clear, rankPos...)
 }
 
 // replayFrom is where a replay starts: at the next batch, or at the last

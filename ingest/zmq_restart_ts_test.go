@@ -26,6 +26,19 @@ func applyOldEngine(t *testing.T, e *fakeEngine, src *ZMQSource) {
 	}
 }
 
+// oldEngineApplied returns a source without sockets to which batches
+// 0..last of applyOldEngine's engine were delivered live.
+func oldEngineApplied(t *testing.T, last uint64) *ZMQSource {
+	t.Helper()
+	src := NewZMQSource(ZMQSpec{Endpoint: "tcp://127.0.0.1:1", WorkerID: 7}, &indexStore{ix: engine.New()}, testOptions())
+	for seq := uint64(0); seq <= last; seq++ {
+		if err := src.deliver(t.Context(), seq, storedAt(1000+float64(seq), 100+seq, 10+2*seq), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return src
+}
+
 // restartEngine replaces e's replay buffer with a restarted engine's
 // batches 0..last (ts 2000+seq, one block each: tokens 500+2seq).
 func restartEngine(e *fakeEngine, last uint64) {
@@ -262,12 +275,7 @@ func TestRestartWithSilentReplayAsksOnce(t *testing.T) {
 // again).
 func TestRestartReplayedBatchCountedOnce(t *testing.T) {
 	ctx := t.Context()
-	src := NewZMQSource(ZMQSpec{Endpoint: "tcp://127.0.0.1:1", WorkerID: 7}, &indexStore{ix: engine.New()}, testOptions())
-	for seq := uint64(0); seq <= 5; seq++ {
-		if err := src.deliver(ctx, seq, storedAt(1000+float64(seq), 100+seq, 10+2*seq), false); err != nil {
-			t.Fatal(err)
-		}
-	}
+	src := oldEngineApplied(t, 5)
 	if err := src.deliver(ctx, 5, storedAt(2005, 905, 510), true); err != nil {
 		t.Fatal(err)
 	}
@@ -281,12 +289,7 @@ func TestRestartReplayedBatchCountedOnce(t *testing.T) {
 // again is no restart (found by review).
 func TestRepeatedTSKeyIsNoRestart(t *testing.T) {
 	ctx := t.Context()
-	src := NewZMQSource(ZMQSpec{Endpoint: "tcp://127.0.0.1:1", WorkerID: 7}, &indexStore{ix: engine.New()}, testOptions())
-	for seq := uint64(0); seq <= 4; seq++ {
-		if err := src.deliver(ctx, seq, storedAt(1000+float64(seq), 100+seq, 10+2*seq), false); err != nil {
-			t.Fatal(err)
-		}
-	}
+	src := oldEngineApplied(t, 4)
 	p := newMP().mapl(3).str("ts").f(3000).str("events").arr(0).str("ts").f(1005).bytes()
 	for _, replayed := range []bool{false, true} {
 		if err := src.deliver(ctx, 5, p, replayed); err != nil {
