@@ -40,6 +40,7 @@ type serveFlags struct {
 	natsStream     string
 	natsSubject    string
 	natsAllowGap   bool
+	natsFetchBytes int
 	zmq            []string
 	reserveBlocks  int
 	reserveWorkers int
@@ -135,6 +136,7 @@ name in upper case with _ for -, e.g. KVIDX_DATA_DIR=/var/lib/kvidx
 	fl.StringVar(&f.natsSubject, "nats-subject", "kv.events.>", "subjects of the stream to consume")
 	fl.IntVar(&f.reserveBlocks, "reserve-blocks", 0, "size the index at start for this many holder-blocks, all workers' cached blocks together (0: grow as needed); needs --reserve-workers")
 	fl.IntVar(&f.reserveWorkers, "reserve-workers", 0, "worker keys (worker id and DP rank pairs) the reservation of --reserve-blocks is for")
+	fl.IntVar(&f.natsFetchBytes, "nats-fetch-max-bytes", jetstream.DefaultFetchMaxBytes, "bytes of stream messages fetched and appended as one batch, at most (raised to the server's max payload so that any message fits)")
 	fl.BoolVar(&f.natsAllowGap, "nats-allow-gap", false, "continue when stream messages this node never applied are gone (expired, purged, or the stream deleted and recreated)")
 	return cmd
 }
@@ -183,6 +185,8 @@ func (f serveFlags) check() error {
 		return fmt.Errorf("serve: --max-body-bytes %d: want at least 1", f.maxBodyBytes)
 	case f.maxInflight < 1:
 		return fmt.Errorf("serve: --max-inflight-event-bytes %d: want at least 1", f.maxInflight)
+	case f.natsFetchBytes < 1:
+		return fmt.Errorf("serve: --nats-fetch-max-bytes %d: want at least 1", f.natsFetchBytes)
 	case f.syncInterval <= 0:
 		return fmt.Errorf("serve: --sync-interval %v: want a positive duration", f.syncInterval)
 	case f.snapshotEvery < 0:
@@ -203,7 +207,7 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	}
 	if f.natsURL == "" {
 		// Without a NATS source these would be ignored without a word.
-		for _, name := range []string{"nats-stream", "nats-subject", "nats-allow-gap"} {
+		for _, name := range []string{"nats-stream", "nats-subject", "nats-allow-gap", "nats-fetch-max-bytes"} {
 			if cmd.Flags().Changed(name) {
 				return fmt.Errorf("serve: --%s needs --nats-url (it configures the NATS JetStream source)", name)
 			}
@@ -344,7 +348,7 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		srv.GoSource(src.Run)
 	}
 	if f.natsURL != "" {
-		src := jetstream.New(jetstream.Config{URL: f.natsURL, Stream: f.natsStream, Subject: f.natsSubject, AllowGap: f.natsAllowGap, Logger: log}, srv.SourceStore(store))
+		src := jetstream.New(jetstream.Config{URL: f.natsURL, Stream: f.natsStream, Subject: f.natsSubject, AllowGap: f.natsAllowGap, FetchMaxBytes: f.natsFetchBytes, Logger: log}, srv.SourceStore(store))
 		srv.AddSource(func() node.SourceStatus {
 			st := src.Status()
 			return node.SourceStatus{Name: jetstream.PositionName(f.natsStream), Connected: st.Connected, Applied: st.Applied, Lag: st.Lag, Problem: st.Gap, Errors: st.Errors, LastError: st.LastError}

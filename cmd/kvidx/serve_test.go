@@ -252,7 +252,8 @@ func TestServeRejectsBadValues(t *testing.T) {
 	for _, tc := range []struct{ flag, value string }{
 		{"--block-size", "0"}, {"--block-size", "-5"}, {"--keep-snapshots", "0"},
 		{"--max-body-bytes", "-1"}, {"--sync-interval", "-1s"}, {"--snapshot-interval", "-1m"},
-		{"--nats-stream", "S"}, {"--nats-subject", "a.b"}, {"--nats-allow-gap", "true"}, // without --nats-url
+		{"--nats-stream", "S"}, {"--nats-subject", "a.b"}, {"--nats-allow-gap", "true"}, {"--nats-fetch-max-bytes", "1024"}, // without --nats-url
+		{"--nats-fetch-max-bytes", "0"},
 		{"--reserve-blocks", "-1"}, {"--reserve-blocks", "1000"}, {"--reserve-workers", "8"}, // without the other
 		{"--reserve-blocks", "2000000000"},
 		// Empty values: the current directory as data directory; every

@@ -36,6 +36,12 @@ type Config struct {
 	AllowGap bool
 	// BatchMax bounds the messages appended as one batch; default 256.
 	BatchMax int
+	// FetchMaxBytes bounds the bytes of one fetch (messages with their
+	// subjects and headers), hence the memory a batch holds while it is
+	// decoded and appended; default 64 MiB. A fetch asks for at least the
+	// server's max payload plus 64 KiB, so that any message fits: one that
+	// did not would never be delivered.
+	FetchMaxBytes int
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -78,12 +84,27 @@ func New(cfg Config, store Store) *Source {
 	if cfg.BatchMax <= 0 {
 		cfg.BatchMax = 256
 	}
+	if cfg.FetchMaxBytes <= 0 {
+		cfg.FetchMaxBytes = DefaultFetchMaxBytes
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
 	return &Source{cfg: cfg, store: store, log: cfg.Logger.With("source", PositionName(cfg.Stream)),
 		minBackoff: 100 * time.Millisecond, maxBackoff: 5 * time.Second,
 		status: Status{Errors: map[string]uint64{}}}
+}
+
+// DefaultFetchMaxBytes is the default [Config.FetchMaxBytes].
+const DefaultFetchMaxBytes = 64 << 20
+
+// fetchBytes is the byte limit of a fetch from a server whose largest
+// message payload is maxPayload: at least that payload plus room for a
+// subject, a reply subject and protocol headers, because the server ends a
+// fetch at a message over the limit without an error and would end every
+// later one there too, stalling the source.
+func fetchBytes(limit int, maxPayload int64) int {
+	return int(max(int64(limit), maxPayload+64<<10))
 }
 
 // PositionName is the name under which a stream's position is recorded.
@@ -354,7 +375,7 @@ func (s *Source) session(ctx context.Context) error {
 	var probed, seen uint64
 	var lastCheck time.Time
 	for ctx.Err() == nil {
-		batch, err := cons.Fetch(s.cfg.BatchMax, js.FetchMaxWait(200*time.Millisecond))
+		batch, err := cons.Fetch(s.cfg.BatchMax, js.FetchMaxWait(200*time.Millisecond), js.FetchMaxBytes(fetchBytes(s.cfg.FetchMaxBytes, nc.MaxPayload())))
 		if err != nil {
 			return fmt.Errorf("fetching from %s: %w", s.cfg.Stream, err)
 		}
