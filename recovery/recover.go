@@ -115,7 +115,7 @@ func (s *Store) recover(ctx context.Context) error {
 		if contig > 1 {
 			spans := make([]Span, len(gaps))
 			for i, g := range gaps {
-				spans[i] = Span{From: g.From, To: g.To, Keep: g.Keep, Stray: g.Stray}
+				spans[i] = Span{From: g.From, To: g.To, Keep: g.Keep, Stray: g.Stray, Broken: g.Broken}
 			}
 			return refuse(NoSnapshotRefusal(s.dir, all, first, last, contig, spans))
 		}
@@ -389,6 +389,7 @@ func misnamed(metaIndex uint64, f snapshot.File) string {
 type Span struct {
 	From, To, Keep uint64
 	Stray          int64
+	Broken         bool
 }
 
 // NoSnapshotRefusal is why a data directory is refused when no snapshot
@@ -419,6 +420,15 @@ func NoSnapshotRefusal(dataDir string, snaps []snapshot.File, first, last, conti
 				continue
 			}
 			if g.Keep < f.Index {
+				if g.Broken && g.From <= f.Index+1 && wal.HoldsIndexed(filepath.Join(dataDir, WALDirName), g.From, f.Index+1) {
+					// The damage lies among entries the snapshot holds, in
+					// a segment that is there: a cut before the entry after
+					// it (found by the index its frame carries) drops the
+					// damage and keeps every later entry.
+					return fmt.Sprintf("no usable snapshot: the WAL after snapshot %s is not whole (entries %d..%d are unreadable: their segment's framing breaks at entry %d, which the snapshot holds); "+
+						"if that snapshot is good, kvidx wal repair %s --truncate-before %d --yes (it verifies the snapshot first) drops the entries up to %d and keeps the ones after it, and recovery then uses it",
+						filepath.Base(f.Path), g.From, g.To, g.Keep+1, wal.ShellArg(dataDir), f.Index+1, f.Index)
+				}
 				break // the gap takes entries the snapshot needs next
 			}
 			return fmt.Sprintf("no usable snapshot: the WAL after snapshot %s is not whole (entries %d..%d are missing or unreadable); "+
@@ -432,9 +442,22 @@ func NoSnapshotRefusal(dataDir string, snaps []snapshot.File, first, last, conti
 		// the rest is the way out when the missing ones cannot be put back.
 		for _, g := range gaps {
 			if g.Keep >= 1 {
+				// A snapshot past the cut would stop the repair (the log
+				// would end before it), and it is of no use after the cut.
+				var past []string
+				for _, f := range snaps {
+					if f.Index > g.Keep {
+						past = append(past, filepath.Base(f.Path))
+					}
+				}
+				moveFirst := ""
+				if len(past) > 0 {
+					moveFirst = fmt.Sprintf("move %s out of %s (newer than the cut: the log would end before it), then ",
+						strings.Join(past, ", "), filepath.Join(dataDir, SnapshotDirName))
+				}
 				return fmt.Sprintf("no usable snapshot, and the WAL is not whole from index 1 (entries %d..%d are missing or unreadable); "+
-					"put them back if you can, or kvidx wal repair %s --truncate-after %d --yes drops entries %d..%d, the ones after the gap lost with them, "+
-					"and recovery then replays the rest", g.From, g.To, wal.ShellArg(dataDir), g.Keep, g.Keep+1, last)
+					"put them back if you can, or %skvidx wal repair %s --truncate-after %d --yes drops entries %d..%d, the ones after the gap lost with them, "+
+					"and recovery then replays the rest", g.From, g.To, moveFirst, wal.ShellArg(dataDir), g.Keep, g.Keep+1, last)
 			}
 			break
 		}

@@ -17,6 +17,7 @@ type walGap struct {
 	From, To uint64 // missing or unreadable entries From..To
 	Keep     uint64 // the last entry a cut after keeps (see wal.Gap)
 	Stray    int64  // bytes whose removal closes the gap (see wal.StrayBytes)
+	Broken   bool   // the segment (named From) is there, its framing breaks (see wal.Gap)
 	Desc     string
 }
 
@@ -92,7 +93,7 @@ func findGaps(dir string) ([]walGap, error) {
 		case !ok:
 			// tidwall/wal reads a segment before the last whole, and a
 			// break anywhere in it fails every one of its entries.
-			gaps = append(gaps, walGap{From: s.index, To: next.index - 1, Keep: s.index + min(n, wal.ValidPrefix(b, s.index)) - 1, Stray: stray, Desc: fmt.Sprintf(
+			gaps = append(gaps, walGap{From: s.index, To: next.index - 1, Keep: s.index + min(n, wal.ValidPrefix(b, s.index)) - 1, Stray: stray, Broken: true, Desc: fmt.Sprintf(
 				"segment %s: framing breaks at byte %d of %d after %d entries: its entries %d..%d are unreadable%s",
 				s.name, off, len(b), n, s.index, next.index-1, wal.StrayNote(stray))})
 		case end < next.index:

@@ -81,7 +81,11 @@ type Layout struct {
 type Gap struct {
 	From, To, Keep uint64
 	Stray          int64
-	Desc           string
+	// Broken: the segment holding From..To (named From) is there, and
+	// its framing breaks: [RepairTruncateBefore] may find an entry of it
+	// past the break by the index its frame carries (see [HoldsIndexed]).
+	Broken bool
+	Desc   string
 }
 
 // Damage is an entry that fails its checks, or a framing break, inside the log.
@@ -325,7 +329,7 @@ func walkOnce(dir string, from, to uint64, fn func(Entry) error) (lay Layout, va
 				lay.Damage = append(lay.Damage, Damage{Segment: s.name, Offset: int64(boff), Index: s.index,
 					Desc: fmt.Sprintf("tidwall/wal framing breaks at byte %d of %d after %d whole entries: tidwall/wal reads the segment whole, so none of them can be read", boff, len(data), whole)})
 				stray := StrayBytes(data, s.index, end)
-				g := Gap{From: s.index, To: end - 1, Keep: s.index + min(whole, ValidPrefix(data, s.index)) - 1, Stray: stray, Desc: fmt.Sprintf(
+				g := Gap{From: s.index, To: end - 1, Keep: s.index + min(whole, ValidPrefix(data, s.index)) - 1, Stray: stray, Broken: true, Desc: fmt.Sprintf(
 					"segment %s: framing breaks at byte %d of %d after %d whole entries: entries %d..%d unreadable (tidwall/wal reads a segment whole)%s",
 					s.name, boff, len(data), whole, s.index, end-1, StrayNote(stray))}
 				lay.Gaps = append(lay.Gaps, g)

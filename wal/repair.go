@@ -947,3 +947,38 @@ func writeSync(path string, data []byte) error {
 		return err
 	})
 }
+
+// HoldsIndexed reports whether the segment of the WAL in dir whose first
+// entry is segment holds entry index in a whole, valid version 2 frame:
+// [RepairTruncateBefore] finds that entry by the index its frame carries,
+// even past damage to the framing before it.
+func HoldsIndexed(dir string, segment, index uint64) bool {
+	data, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("%020d", segment)))
+	if err != nil {
+		return false
+	}
+	_, stored, ok := entryAtOrAfter(data, index)
+	return ok && stored == index
+}
+
+// Locatable reports whether [RepairTruncateBefore] can cut the WAL in dir
+// before entry index: the log holds it whole, or in a middle segment whose
+// framing breaks, in a frame that carries its index, or index is past the
+// log's end (the cut then removes every entry). It reads the directory
+// only. When [Inspect] fails (damage inside the last segment, say, which
+// RepairTruncateBefore may cut past), it reports true: the repair decides.
+func Locatable(dir string, index uint64) bool {
+	lay, err := Inspect(dir)
+	switch {
+	case err != nil || index > lay.LastIndex:
+		return true
+	case index <= lay.FirstIndex:
+		return false
+	}
+	for _, g := range lay.Gaps {
+		if g.From <= index && index <= g.To {
+			return g.Broken && HoldsIndexed(dir, g.From, index)
+		}
+	}
+	return true
+}

@@ -282,7 +282,7 @@ func planRecoveryRead(ctx context.Context, dir string, load bool, progress io.Wr
 	} else if contig > 1 {
 		spans := make([]recovery.Span, len(lay.Gaps))
 		for i, g := range lay.Gaps {
-			spans[i] = recovery.Span{From: g.From, To: g.To, Keep: g.Keep, Stray: g.Stray}
+			spans[i] = recovery.Span{From: g.From, To: g.To, Keep: g.Keep, Stray: g.Stray, Broken: g.Broken}
 		}
 		p.Refusal = recovery.NoSnapshotRefusal(dir, all, first, last, contig, spans)
 		return p, nil, nil

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -20,6 +21,7 @@ import (
 	"github.com/kvidx/kvidx/eventjson"
 	"github.com/kvidx/kvidx/recovery"
 	"github.com/kvidx/kvidx/snapshot"
+	"github.com/kvidx/kvidx/wal"
 )
 
 func newInspectCmd() *cobra.Command {
@@ -251,22 +253,36 @@ func summarizeSnapshot(ctx context.Context, cmd *cobra.Command, path string) (*s
 }
 
 func summarizeDataDir(ctx context.Context, cmd *cobra.Command, dir string) (*summary, error) {
-	p, ix, err := planRecovery(ctx, dir, true, cmd.ErrOrStderr())
-	if err != nil {
-		return nil, err
-	}
-	if p.Refusal != "" {
-		return nil, fmt.Errorf("data dir %s: a restart would refuse to start: %s", dir, p.Refusal)
-	}
-	if p.Format == 0 && p.WAL.Segments == 0 && p.SnapshotUsed == nil && len(p.Skipped) == 0 {
-		// An empty summary of a mistyped path would read as an empty index.
-		fmt.Fprintf(cmd.ErrOrStderr(), "kvidx inspect: %s holds no kvidx data (no %s file, WAL or snapshot): a server would start a new index there\n", dir, recovery.FormatFileName)
-	}
-	prog := newBar(cmd.ErrOrStderr(), int64(p.ReplayEntries), "replaying WAL", false)
-	events, _, err := replayPlan(p, ix, prog)
-	prog.done()
-	if err != nil {
-		return nil, err
+	var (
+		p      *recoveryPlan
+		ix     *engine.Index
+		events uint64
+		err    error
+	)
+	// On a running server's directory the WAL's front can be truncated
+	// (a newer snapshot published, an older one pruned) between the plan
+	// and the replay: the server at work, not a defect; plan again.
+	for attempt := 1; ; attempt++ {
+		p, ix, err = planRecovery(ctx, dir, true, cmd.ErrOrStderr())
+		if err != nil {
+			return nil, err
+		}
+		if p.Refusal != "" {
+			return nil, fmt.Errorf("data dir %s: a restart would refuse to start: %s", dir, p.Refusal)
+		}
+		if p.Format == 0 && p.WAL.Segments == 0 && p.SnapshotUsed == nil && len(p.Skipped) == 0 {
+			// An empty summary of a mistyped path would read as an empty index.
+			fmt.Fprintf(cmd.ErrOrStderr(), "kvidx inspect: %s holds no kvidx data (no %s file, WAL or snapshot): a server would start a new index there\n", dir, recovery.FormatFileName)
+		}
+		prog := newBar(cmd.ErrOrStderr(), int64(p.ReplayEntries), "replaying WAL", false)
+		events, _, err = replayPlan(p, ix, prog)
+		prog.done()
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, wal.ErrTruncated) || attempt == planAttempts || ctx.Err() != nil {
+			return nil, err
+		}
 	}
 	st := ix.Stats()
 	s := &summary{

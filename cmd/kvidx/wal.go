@@ -151,14 +151,25 @@ directory must not be open in a running kvidx (the command takes its lock).`,
 					return fmt.Errorf("wal repair: %w", err)
 				}
 				if f, ok := recovery.EndProof(snaps, after); ok && f.Index > after {
+					at, rename := f.Index, ""
 					if m, why := recovery.Misnamed(f); why != "" {
-						return fmt.Errorf("wal repair: snapshot %s is misnamed (%s), at WAL index %d, after entry %d: cut there, the log would end before it and kvidx would refuse to start; "+
-							"rename it %s and use --truncate-before %d to drop the entries that snapshot holds instead, or move the snapshot out of %s first",
-							filepath.Base(f.Path), why, m, after, snapshot.FileName(m), m+1, filepath.Dir(f.Path))
+						at, rename = m, fmt.Sprintf(" (misnamed: %s)", why)
 					}
-					return fmt.Errorf("wal repair: snapshot %s is at WAL index %d, after entry %d: cut there, the log would end before it and kvidx would refuse to start; "+
-						"use --truncate-before %d to drop the entries that snapshot holds instead, or move the snapshot out of %s first",
-						filepath.Base(f.Path), f.Index, after, f.Index+1, filepath.Dir(f.Path))
+					msg := fmt.Sprintf("wal repair: snapshot %s%s is at WAL index %d, after entry %d: cut there, the log would end before it and kvidx would refuse to start; ",
+						filepath.Base(f.Path), rename, at, after)
+					switch {
+					case !wal.Locatable(dir, at+1):
+						// Entry at+1 is missing or unreadable: the snapshot
+						// cannot be continued, and --truncate-before would
+						// fail to find it.
+						msg += fmt.Sprintf("entry %d after it cannot be read, so the snapshot is of no use to recovery: move it out of %s first", at+1, filepath.Dir(f.Path))
+					case rename != "":
+						msg += fmt.Sprintf("rename it %s and use --truncate-before %d to drop the entries that snapshot holds instead, or move the snapshot out of %s first",
+							snapshot.FileName(at), at+1, filepath.Dir(f.Path))
+					default:
+						msg += fmt.Sprintf("use --truncate-before %d to drop the entries that snapshot holds instead, or move the snapshot out of %s first", at+1, filepath.Dir(f.Path))
+					}
+					return errors.New(msg)
 				}
 				var lost *wal.MissingTailError
 				errors.As(wal.CheckTail(dir), &lost)
