@@ -83,3 +83,25 @@ func TestDecodeBatchErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestDecodeBatchSizesByEvents checks that the events array is sized by
+// what the body can hold, not by its newlines: a 16 MiB body of blank lines
+// around one event reserved 16M events (about 1.9 GB) per post.
+func TestDecodeBatchSizesByEvents(t *testing.T) {
+	const ev = `{"worker_id":1,"event":{"data":"cleared"}}`
+	for name, body := range map[string]string{
+		"ndjson blank lines": ev + strings.Repeat("\n", 1<<20),
+		"array newlines":     "[" + ev + strings.Repeat("\n", 1<<20) + "]",
+	} {
+		got, err := DecodeBatch([]byte(body))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if len(got) != 1 {
+			t.Fatalf("%s: %d events, want 1", name, len(got))
+		}
+		if limit := len(body)/len(ev) + 1; cap(got) > limit {
+			t.Errorf("%s: events reserved for %d, want at most %d for a body of %d bytes", name, cap(got), limit, len(body))
+		}
+	}
+}
