@@ -82,6 +82,14 @@ type shard struct {
 	free    uint32 // head of the free-place list
 	ovf     [][]holder
 	ovfFree []uint32
+	// at indexes overflow lists of bigHolders holders or more (by list,
+	// then dense id) to each holder's position in its list: storing a block
+	// that thousands of worker keys hold (a shared system prompt), dropping
+	// it, and counting its kids would otherwise scan them all, and filling
+	// the index with such keys took time quadratic in their number. Made
+	// when a list is first searched at that size, kept in step by every
+	// change, dropped below bigHolders/2. Only the writer uses it.
+	at map[uint32]map[uint32]uint32
 	// bigKids counts kids beyond kidsMax, by place number<<32 | dense id.
 	bigKids map[uint64]uint32
 	// floor and pageFloor are the table size and slab page count reserved
@@ -429,13 +437,42 @@ func (s *shard) addHolder(g *grower, pos uint32, th, seq uint64, fp uint32, wid 
 	return local, true
 }
 
+// bigHolders is the length from which an overflow list's holders are
+// found through shard.at rather than by a scan.
+const bigHolders = 64
+
+// holderAt returns the position of wid among hs, p's holders, or -1.
+func (s *shard) holderAt(p *place, hs []holder, wid uint32) int {
+	if len(hs) < bigHolders {
+		for i := range hs {
+			if hs[i].wid() == wid {
+				return i
+			}
+		}
+		return -1
+	}
+	m := s.at[uint32(p.h[0])]
+	if m == nil {
+		m = make(map[uint32]uint32, len(hs))
+		for i, h := range hs {
+			m[h.wid()] = uint32(i)
+		}
+		if s.at == nil {
+			s.at = map[uint32]map[uint32]uint32{}
+		}
+		s.at[uint32(p.h[0])] = m
+	}
+	if i, ok := m[wid]; ok {
+		return int(i)
+	}
+	return -1
+}
+
 // pushHolder adds wid to p's holders, or reports false if it is one.
 func (s *shard) pushHolder(p *place, wid uint32) bool {
 	hs := s.holders(p)
-	for i := range hs {
-		if hs[i].wid() == wid {
-			return false
-		}
+	if s.holderAt(p, hs, wid) >= 0 {
+		return false
 	}
 	switch {
 	case len(hs) < 2:
@@ -447,6 +484,9 @@ func (s *shard) pushHolder(p *place, wid uint32) bool {
 		p.h[0], p.h[1] = holder(s.newOverflow(list)), overflow
 	default:
 		s.ovf[p.h[0]] = append(hs, holder(wid))
+		if m := s.at[uint32(p.h[0])]; m != nil {
+			m[wid] = uint32(len(hs))
+		}
 	}
 	return true
 }
@@ -472,11 +512,8 @@ func (s *shard) removeHolder(local uint32, wid uint32) (kids, parent uint32, ok 
 	defer s.mu.Unlock()
 	p := s.place(local)
 	hs := s.holders(p)
-	i := 0
-	for i < len(hs) && hs[i].wid() != wid {
-		i++
-	}
-	if i == len(hs) {
+	i := s.holderAt(p, hs, wid)
+	if i < 0 {
 		return 0, 0, false
 	}
 	kids, parent = hs[i].kids(), p.parent
@@ -487,6 +524,17 @@ func (s *shard) removeHolder(local uint32, wid uint32) (kids, parent uint32, ok 
 	}
 	last := len(hs) - 1
 	hs[i] = hs[last]
+	if len(hs) > 2 {
+		if m := s.at[uint32(p.h[0])]; m != nil {
+			delete(m, wid)
+			if i != last {
+				m[hs[i].wid()] = uint32(i)
+			}
+			if last < bigHolders/2 {
+				delete(s.at, uint32(p.h[0]))
+			}
+		}
+	}
 	switch {
 	case len(hs) > 3:
 		s.ovf[p.h[0]] = hs[:last]
@@ -588,11 +636,10 @@ func (s *shard) addKidUnshared(local, wid uint32) bool {
 
 // holderOf returns wid's holder on place local, or nil.
 func (s *shard) holderOf(local, wid uint32) *holder {
-	hs := s.holders(s.place(local))
-	for i := range hs {
-		if hs[i].wid() == wid {
-			return &hs[i]
-		}
+	p := s.place(local)
+	hs := s.holders(p)
+	if i := s.holderAt(p, hs, wid); i >= 0 {
+		return &hs[i]
 	}
 	return nil
 }

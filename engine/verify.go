@@ -58,6 +58,17 @@ func (ix *Index) Verify() error {
 				holds[k] = s.holderKids(local, hd)
 			}
 		}
+		for idx, m := range s.at {
+			list := s.ovf[idx]
+			if len(m) != len(list) {
+				bad("shard %d: overflow list %d of %d holders has %d indexed", si, idx, len(list), len(m))
+			}
+			for i, hd := range list {
+				if at, ok := m[hd.wid()]; !ok || at != uint32(i) {
+					bad("shard %d: overflow list %d: worker id %d at %d is indexed at %d", si, idx, hd.wid(), i, at)
+				}
+			}
+		}
 		if len(keys) != s.entries {
 			bad("shard %d: %d entries counted, %d in the table", si, s.entries, len(keys))
 		}
