@@ -73,7 +73,7 @@ func TestManyHoldersMatchModel(t *testing.T) {
 // Storing one block for many worker keys finds each key's holder through
 // the position index, not by scanning the others: 40,000 keys storing the
 // same chain and then dropping its last block (a scan per store and per
-// kids update made this quadratic: over a minute).
+// kids update made this quadratic: 3.2 s, against 0.2 s indexed).
 func TestManyHoldersIndexed(t *testing.T) {
 	const keys = 40_000
 	ix := New()
