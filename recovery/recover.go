@@ -463,6 +463,14 @@ func NoSnapshotRefusal(dataDir string, snaps []snapshot.File, first, last, conti
 		}
 		return "no usable snapshot, and the WAL is not whole from index 1"
 	}
+	if len(gaps) > 0 && gaps[0].From < contig {
+		// The log begins after index 1 (truncated behind a snapshot), and
+		// no snapshot is followed by whole entries: "entries 1..contig-1
+		// are gone" would hide which ones are, in fact, missing.
+		g := gaps[0]
+		return fmt.Sprintf("no usable snapshot: the WAL holds entries %d..%d (the ones before %d were truncated behind a snapshot), but entries %d..%d are missing or unreadable, "+
+			"and no snapshot is followed by whole entries; put the missing entries back if you can (the segment from a backup)", first, last, first, g.From, g.To)
+	}
 	return fmt.Sprintf("no usable snapshot, and the WAL does not begin at index 1 (entries 1..%d are gone)", contig-1)
 }
 

@@ -46,3 +46,18 @@ func TestStrayRefusal(t *testing.T) {
 		})
 	}
 }
+
+// A log truncated behind a snapshot whose first segment is unreadable is
+// refused naming the unreadable entries, not "entries 1..N are gone"
+// (found by audit: the snapshots hold entries 1..50, and only 31..59 were
+// damaged).
+func TestRefusalNamesUnreadableAfterTruncation(t *testing.T) {
+	snaps := []snapshot.File{
+		{Path: "d/snapshots/" + snapshot.FileName(50), Index: 50},
+		{Path: "d/snapshots/" + snapshot.FileName(30), Index: 30},
+	}
+	msg := NoSnapshotRefusal("d", snaps, 31, 60, 60, []Span{{From: 31, To: 59, Keep: 30, Broken: true}})
+	if !strings.Contains(msg, "entries 31..59 are missing or unreadable") || strings.Contains(msg, "1..59 are gone") {
+		t.Fatalf("refusal: %s", msg)
+	}
+}
