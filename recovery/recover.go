@@ -420,7 +420,9 @@ func NoSnapshotRefusal(dataDir string, snaps []snapshot.File, first, last, conti
 				continue
 			}
 			if g.Keep < f.Index {
-				if g.Broken && g.From <= f.Index+1 && wal.HoldsIndexed(filepath.Join(dataDir, WALDirName), g.From, f.Index+1) {
+				// Not a misnamed copy: the repair verifies the name against
+				// the meta, and the snapshot holds only what its meta says.
+				if _, why := Misnamed(f); why == "" && g.Broken && g.From <= f.Index+1 && wal.HoldsIndexed(filepath.Join(dataDir, WALDirName), g.From, f.Index+1) {
 					// The damage lies among entries the snapshot holds, in
 					// a segment that is there: a cut before the entry after
 					// it (found by the index its frame carries) drops the

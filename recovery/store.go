@@ -564,7 +564,7 @@ func DamageRefusal(dataDir string, err error) string {
 	// verifies (found by review: advice naming a damaged snapshot was
 	// refused, and so was the cut after the damage, which it ends the log
 	// before).
-	var bad []string
+	var bad, stuck []string
 	for _, c := range snaps { // newest first
 		if c.Index < entry {
 			break
@@ -588,16 +588,28 @@ func DamageRefusal(dataDir string, err error) string {
 			bad = append(bad, fmt.Sprintf("%s: %v", filepath.Base(c.Path), err))
 			continue
 		}
+		if !wal.Locatable(filepath.Join(dataDir, WALDirName), index+1) {
+			// The entry after it is damaged or missing too: a cut before
+			// it would be refused (found by review: the advice sent the
+			// operator to such a cut, and the cut back here).
+			stuck = append(stuck, filepath.Base(c.Path))
+			continue
+		}
 		return fmt.Sprintf("%s; snapshot %s holds every entry up to %d, the damaged entry %d included, and verifies: "+
 			"%skvidx wal repair %s --truncate-before %d --yes drops the entries up to %d (it verifies that snapshot first) and loses nothing acknowledged "+
 			"(a cut after the damage would end the log before that snapshot, which kvidx refuses)",
 			where, filepath.Base(c.Path), index, entry, rename, wal.ShellArg(dataDir), index+1, index)
 	}
+	msg := explain(dataDir)
+	if len(stuck) > 0 {
+		msg += fmt.Sprintf("; snapshot %s, past the damage, cannot be continued (the entry after it is missing or damaged too): move it out of %s first, or the cut is refused",
+			strings.Join(stuck, ", "), filepath.Join(dataDir, SnapshotDirName))
+	}
 	if len(bad) == 0 {
-		return explain(dataDir)
+		return msg
 	}
 	return fmt.Sprintf("%s; no snapshot past it verifies (%s): the cut renames them *%s first, as recovery does",
-		explain(dataDir), strings.Join(bad, "; "), DamagedSuffix)
+		msg, strings.Join(bad, "; "), DamagedSuffix)
 }
 
 // VerifySnapshot opens the snapshot at path and checks all of it (every

@@ -711,10 +711,30 @@ func repairTruncateBefore(dir string, index uint64, backupDir string, dropUnloca
 	if index <= segs[0].index {
 		return 0, fmt.Errorf("wal %s: index %d is not after the first entry %d: %w", dir, index, segs[0].index, ErrNothingToCut)
 	}
+	si, kept, restart, unlocated, err := locateBefore(dir, segs, index, dropUnlocated)
+	if err != nil {
+		return 0, err
+	}
+	if err := backupSegments(dir, backupDir, segs[:si+1]); err != nil {
+		return 0, err
+	}
+	if restart {
+		if err := markRestart(dir, index, segs[len(segs)-1].index); err != nil {
+			return 0, err
+		}
+	}
+	return unlocated, startAt(dir, index, kept, segs[:si+1], crashPoint)
+}
+
+// locateBefore is the read-only part of [RepairTruncateBefore]: it finds
+// entry index in the log's segments segs (index after the first entry),
+// returning the segment holding it, the bytes kept from it, whether the log
+// restarts at index (past its end), and the unlocated bytes dropped; or
+// why the cut cannot be made.
+func locateBefore(dir string, segs []segFile, index uint64, dropUnlocated bool) (si int, kept []byte, restart bool, unlocated int64, err error) {
 	// The segment holding entry index (the last one starting at or before
 	// it), and the offset of that entry in it; past the log's end, nothing
 	// is kept.
-	si := 0
 	for i := range segs {
 		if segs[i].index <= index {
 			si = i
@@ -723,7 +743,7 @@ func repairTruncateBefore(dir string, index uint64, backupDir string, dropUnloca
 	seg := segs[si]
 	data, err := os.ReadFile(filepath.Join(dir, seg.name))
 	if err != nil {
-		return 0, fmt.Errorf("wal %s: segment %s: %w", dir, seg.name, err)
+		return 0, nil, false, 0, fmt.Errorf("wal %s: segment %s: %w", dir, seg.name, err)
 	}
 	if si == len(segs)-1 {
 		data = inUse(data)
@@ -779,10 +799,6 @@ func repairTruncateBefore(dir string, index uint64, backupDir string, dropUnloca
 	if at >= 0 && v1BeforeAt && !countOK {
 		at = -1 // placed by a count that is off: located below, or refused
 	}
-	var (
-		kept    []byte
-		restart bool // index is past the end: the log restarts at it
-	)
 	located := at >= 0
 	if located {
 		kept = data[at:]
@@ -799,7 +815,7 @@ func repairTruncateBefore(dir string, index uint64, backupDir string, dropUnloca
 			case stored == index:
 				kept, located = data[bad+p:], true
 			case nextUnnumbered(data, bad-1) < 0 || nextUnnumbered(data, bad-1) >= bad+p:
-				return 0, fmt.Errorf("wal %s: segment %s: entry %d is missing or damaged (the first valid entry after it is entry %d, at offset %d): "+
+				return 0, nil, false, 0, fmt.Errorf("wal %s: segment %s: entry %d is missing or damaged (the first valid entry after it is entry %d, at offset %d): "+
 					"a cut before %d cannot keep it; nothing was changed: %w", dir, seg.name, index, stored, bad+p, index, ErrCorrupt)
 			}
 			// Else version 1 frames (no index) lie before it: a log an
@@ -807,7 +823,7 @@ func repairTruncateBefore(dir string, index uint64, backupDir string, dropUnloca
 		}
 	}
 	if !located && swallowed {
-		return 0, fmt.Errorf("wal %s: segment %s offset %d: a damaged entry before entry %d takes in valid ones (its length prefix is damaged), and frames without an index follow: "+
+		return 0, nil, false, 0, fmt.Errorf("wal %s: segment %s offset %d: a damaged entry before entry %d takes in valid ones (its length prefix is damaged), and frames without an index follow: "+
 			"the entries from there on cannot be located, and a cut would keep the wrong ones; nothing was changed: %w", dir, seg.name, bad, index, ErrCorrupt)
 	}
 	switch {
@@ -817,7 +833,7 @@ func repairTruncateBefore(dir string, index uint64, backupDir string, dropUnloca
 		for i := seg.index; i < index; i++ {
 			_, n, ok := nextEntry(data[off:])
 			if !ok {
-				return 0, fmt.Errorf("wal %s: segment %s offset %d: entry %d is not complete, cannot find entry %d: %w", dir, seg.name, off, i, index, ErrCorrupt)
+				return 0, nil, false, 0, fmt.Errorf("wal %s: segment %s offset %d: entry %d is not complete, cannot find entry %d: %w", dir, seg.name, off, i, index, ErrCorrupt)
 			}
 			off += n
 		}
@@ -825,13 +841,13 @@ func repairTruncateBefore(dir string, index uint64, backupDir string, dropUnloca
 		// in the last segment with no version 2 frame after it to confirm
 		// the count: the entries from there on cannot be numbered.
 		if !countOK || bad < off && si == len(segs)-1 && !v2AfterBad {
-			return 0, fmt.Errorf("wal %s: segment %s offset %d: the framing before entry %d is damaged, and the frames after the damage carry no index that confirms their count: "+
+			return 0, nil, false, 0, fmt.Errorf("wal %s: segment %s offset %d: the framing before entry %d is damaged, and the frames after the damage carry no index that confirms their count: "+
 				"the entries from there on cannot be located, and a cut would keep the wrong ones; nothing was changed: %w", dir, seg.name, bad, index, ErrCorrupt)
 		}
 		// In a segment before the last, entry index must be there and
 		// whole: the next segment starts after it.
 		if si < len(segs)-1 && !validEntryAt(data[off:]) {
-			return 0, fmt.Errorf("wal %s: segment %s offset %d: entry %d is missing or damaged (the next segment, %s, starts at entry %d): a cut before %d cannot keep it; nothing was changed: %w",
+			return 0, nil, false, 0, fmt.Errorf("wal %s: segment %s offset %d: entry %d is missing or damaged (the next segment, %s, starts at entry %d): a cut before %d cannot keep it; nothing was changed: %w",
 				dir, seg.name, off, index, segs[si+1].name, segs[si+1].index, index, ErrCorrupt)
 		}
 		// The walk counts frames, damaged or not: a damaged length
@@ -842,13 +858,13 @@ func repairTruncateBefore(dir string, index uint64, backupDir string, dropUnloca
 			// No valid frame carries index or later: one that carries
 			// an index here is an earlier entry, miscounted.
 			if stored, _, err := frameData(q); err == nil && stored != 0 {
-				return 0, fmt.Errorf("wal %s: segment %s offset %d: counting frames finds entry %d there, which is entry %d: the framing before it is damaged and entry %d is missing; nothing was changed: %w",
+				return 0, nil, false, 0, fmt.Errorf("wal %s: segment %s offset %d: counting frames finds entry %d there, which is entry %d: the framing before it is damaged and entry %d is missing; nothing was changed: %w",
 					dir, seg.name, off, index, stored, index, ErrCorrupt)
 			}
 		}
 		if !validEntryAt(data[off:]) {
 			if p := nextValid(data, off); p >= 0 {
-				return 0, fmt.Errorf("wal %s: segment %s offset %d: the framing before entry %d is damaged (offset %d holds no valid entry, one starts at offset %d): "+
+				return 0, nil, false, 0, fmt.Errorf("wal %s: segment %s offset %d: the framing before entry %d is damaged (offset %d holds no valid entry, one starts at offset %d): "+
 					"the entries from there on cannot be located, and a cut there would number them wrong; nothing was changed: %w",
 					dir, seg.name, off, index, off, p, ErrCorrupt)
 			}
@@ -864,21 +880,13 @@ func repairTruncateBefore(dir string, index uint64, backupDir string, dropUnloca
 		// be entries index and later, which no snapshot holds, and
 		// dropping them needs the caller's word.
 		if p := nextUnnumbered(data, framed); p >= 0 && !dropUnlocated {
-			return 0, fmt.Errorf("wal %s: segment %s offset %d: the framing breaks after entry %d, and valid entries follow from offset %d: "+
+			return 0, nil, false, 0, fmt.Errorf("wal %s: segment %s offset %d: the framing breaks after entry %d, and valid entries follow from offset %d: "+
 				"their indexes cannot be located, so they may be entries %d and later, which the cut must keep; nothing was changed "+
 				"(to drop them with the rest, a copy kept, the caller must allow it explicitly): %w (%w)",
 				dir, seg.name, framed, seg.index+whole-1, p, index, ErrUnlocated, ErrCorrupt)
 		}
 	}
-	if err := backupSegments(dir, backupDir, segs[:si+1]); err != nil {
-		return 0, err
-	}
-	if restart {
-		if err := markRestart(dir, index, segs[len(segs)-1].index); err != nil {
-			return 0, err
-		}
-	}
-	return unlocated, startAt(dir, index, kept, segs[:si+1], crashPoint)
+	return si, kept, restart, unlocated, nil
 }
 
 // markRestart prepares TAIL for a log in dir that restarts at index, its
@@ -962,23 +970,27 @@ func HoldsIndexed(dir string, segment, index uint64) bool {
 }
 
 // Locatable reports whether [RepairTruncateBefore] can cut the WAL in dir
-// before entry index: the log holds it whole, or in a middle segment whose
-// framing breaks, in a frame that carries its index, or index is past the
-// log's end (the cut then removes every entry). It reads the directory
-// only. When [Inspect] fails (damage inside the last segment, say, which
-// RepairTruncateBefore may cut past), it reports true: the repair decides.
+// before entry index: it locates entry index as the repair would (by the
+// log's framing, or past damage by the index its frame carries), or index
+// is past the log's end (the cut then removes every entry). Valid entries
+// that the repair could drop only with dropUnlocated count as locatable:
+// its refusal names that flag. It reads the directory only. An index at or
+// before the log's first entry is not: there is nothing before it to cut.
+// A directory that cannot be read, or an interrupted truncation pending,
+// reports true: the repair decides, and says why.
 func Locatable(dir string, index uint64) bool {
-	lay, err := Inspect(dir)
-	switch {
-	case err != nil || index > lay.LastIndex:
+	segs, err := listSegments(dir)
+	if err != nil || len(segs) == 0 {
 		return true
-	case index <= lay.FirstIndex:
-		return false
 	}
-	for _, g := range lay.Gaps {
-		if g.From <= index && index <= g.To {
-			return g.Broken && HoldsIndexed(dir, g.From, index)
+	for _, s := range segs {
+		if s.kind != "" {
+			return true
 		}
 	}
-	return true
+	if index <= segs[0].index {
+		return false
+	}
+	_, _, _, _, err = locateBefore(dir, segs, index, false)
+	return err == nil || errors.Is(err, ErrUnlocated)
 }

@@ -139,6 +139,14 @@ directory must not be open in a running kvidx (the command takes its lock).`,
 				return err
 			}
 			if setAfter {
+				// A cut before the log's first entry is refused by the repair
+				// itself ("before the first segment"): no snapshot is judged
+				// for it (the one the log begins after would be called
+				// useless, and moving it aside loses the directory).
+				if lay, _ := wal.Inspect(dir); lay.FirstIndex > 1 && after+1 < lay.FirstIndex {
+					return fmt.Errorf("wal repair: %s: entry %d is before the log's first entry %d (the ones before it were truncated behind a snapshot): there is nothing to cut after it; nothing was changed",
+						dir, after, lay.FirstIndex)
+				}
 				// A snapshot past the cut would stop the next start: the WAL
 				// would end before it.
 				snaps, err := snapshot.List(filepath.Join(args[0], recovery.SnapshotDirName))
