@@ -374,8 +374,20 @@ func (s *Source) session(ctx context.Context) error {
 	// (seen).
 	var probed, seen uint64
 	var lastCheck time.Time
+	// A fetch is limited in bytes, and one that comes back empty is
+	// followed by a fetch of one message without the limit: the server ends
+	// a limited fetch at a message larger than the limit without a word (a
+	// message stored under a larger max payload than this server's, say)
+	// and would end every later one there. Only that unlimited fetch
+	// coming back empty tells that nothing is left.
+	limited := true
 	for ctx.Err() == nil {
-		batch, err := cons.Fetch(s.cfg.BatchMax, js.FetchMaxWait(200*time.Millisecond), js.FetchMaxBytes(fetchBytes(s.cfg.FetchMaxBytes, nc.MaxPayload())))
+		opts := []js.FetchOpt{js.FetchMaxWait(200 * time.Millisecond)}
+		n := 1
+		if limited {
+			n, opts = s.cfg.BatchMax, append(opts, js.FetchMaxBytes(fetchBytes(s.cfg.FetchMaxBytes, nc.MaxPayload())))
+		}
+		batch, err := cons.Fetch(n, opts...)
 		if err != nil {
 			return fmt.Errorf("fetching from %s: %w", s.cfg.Stream, err)
 		}
@@ -391,6 +403,11 @@ func (s *Source) session(ctx context.Context) error {
 		if err := batch.Error(); err != nil && !errors.Is(err, js.ErrNoMessages) && !errors.Is(err, nats.ErrTimeout) {
 			return fmt.Errorf("fetching from %s: %w", s.cfg.Stream, err)
 		}
+		if len(msgs) == 0 && limited {
+			limited = false
+			continue
+		}
+		limited = true
 		if len(msgs) == 0 {
 			seen, probed = max(seen, probed), 0
 			// Idle: the ordered consumer recreates itself at the next
