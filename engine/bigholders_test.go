@@ -93,9 +93,9 @@ func TestManyHoldersIndexed(t *testing.T) {
 	}
 	lists := 0
 	for si := range ix.shards {
-		for _, m := range ix.shards[si].at {
-			if len(m) != keys {
-				t.Fatalf("shard %d: a list indexed with %d holders, want %d", si, len(m), keys)
+		for _, x := range ix.shards[si].at {
+			if len(x.of) != keys {
+				t.Fatalf("shard %d: a list indexed with %d holders, want %d", si, len(x.of), keys)
 			}
 			lists++
 		}
@@ -114,5 +114,45 @@ func TestManyHoldersIndexed(t *testing.T) {
 	}
 	if got := ix.Match(chain, nil); len(got) != keys || got[0].MatchedBlocks != 2 {
 		t.Fatalf("%d scores (first %v), want %d of 2 blocks", len(got), got[:1], keys)
+	}
+}
+
+// An index whose list fell below a quarter of its peak is made again at the
+// list's size: a Go map keeps the memory of its peak, and a popular prefix
+// that once had thousands of holders would keep that much for good.
+func TestManyHoldersIndexShrinks(t *testing.T) {
+	const keys, kept = 4000, 500
+	ix := New()
+	for w := range uint64(keys) {
+		ev := Event{Worker: WorkerKey{WorkerID: w}, Kind: KindStored, Blocks: []Block{{BlockHash: 7, TokensHash: 7}}}
+		if err := ix.Apply(&ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for w := uint64(kept); w < keys; w++ {
+		ev := Event{Worker: WorkerKey{WorkerID: w}, Kind: KindRemoved, BlockHashes: []uint64{7}}
+		if err := ix.Apply(&ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// One more store looks the list up, making its index again.
+	ev := Event{Worker: WorkerKey{WorkerID: keys}, Kind: KindStored, Blocks: []Block{{BlockHash: 7, TokensHash: 7}}}
+	if err := ix.Apply(&ev); err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.Verify(); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for si := range ix.shards {
+		for _, x := range ix.shards[si].at {
+			found = true
+			if x.peak > 2*(kept+1) {
+				t.Fatalf("index of a %d-holder list keeps a peak of %d", len(x.of), x.peak)
+			}
+		}
+	}
+	if !found {
+		t.Fatal("no list indexed")
 	}
 }

@@ -88,8 +88,9 @@ type shard struct {
 	// it, and counting its kids would otherwise scan them all, and filling
 	// the index with such keys took time quadratic in their number. Made
 	// when a list is first searched at that size, kept in step by every
-	// change, dropped below bigHolders/2. Only the writer uses it.
-	at map[uint32]map[uint32]uint32
+	// change, dropped below bigHolders/2 or a quarter of its peak (a Go
+	// map keeps the size of its peak). Only the writer uses it.
+	at map[uint32]*posIndex
 	// bigKids counts kids beyond kidsMax, by place number<<32 | dense id.
 	bigKids map[uint64]uint32
 	// floor and pageFloor are the table size and slab page count reserved
@@ -441,6 +442,12 @@ func (s *shard) addHolder(g *grower, pos uint32, th, seq uint64, fp uint32, wid 
 // found through shard.at rather than by a scan.
 const bigHolders = 64
 
+// posIndex is shard.at's index of one overflow list.
+type posIndex struct {
+	of   map[uint32]uint32 // dense id -> position in the list
+	peak int               // the most holders indexed at once
+}
+
 // holderAt returns the position of wid among hs, p's holders, or -1.
 func (s *shard) holderAt(p *place, hs []holder, wid uint32) int {
 	if len(hs) < bigHolders {
@@ -451,18 +458,18 @@ func (s *shard) holderAt(p *place, hs []holder, wid uint32) int {
 		}
 		return -1
 	}
-	m := s.at[uint32(p.h[0])]
-	if m == nil {
-		m = make(map[uint32]uint32, len(hs))
+	x := s.at[uint32(p.h[0])]
+	if x == nil {
+		x = &posIndex{of: make(map[uint32]uint32, len(hs)), peak: len(hs)}
 		for i, h := range hs {
-			m[h.wid()] = uint32(i)
+			x.of[h.wid()] = uint32(i)
 		}
 		if s.at == nil {
-			s.at = map[uint32]map[uint32]uint32{}
+			s.at = map[uint32]*posIndex{}
 		}
-		s.at[uint32(p.h[0])] = m
+		s.at[uint32(p.h[0])] = x
 	}
-	if i, ok := m[wid]; ok {
+	if i, ok := x.of[wid]; ok {
 		return int(i)
 	}
 	return -1
@@ -484,8 +491,9 @@ func (s *shard) pushHolder(p *place, wid uint32) bool {
 		p.h[0], p.h[1] = holder(s.newOverflow(list)), overflow
 	default:
 		s.ovf[p.h[0]] = append(hs, holder(wid))
-		if m := s.at[uint32(p.h[0])]; m != nil {
-			m[wid] = uint32(len(hs))
+		if x := s.at[uint32(p.h[0])]; x != nil {
+			x.of[wid] = uint32(len(hs))
+			x.peak = max(x.peak, len(hs)+1)
 		}
 	}
 	return true
@@ -525,12 +533,15 @@ func (s *shard) removeHolder(local uint32, wid uint32) (kids, parent uint32, ok 
 	last := len(hs) - 1
 	hs[i] = hs[last]
 	if len(hs) > 2 {
-		if m := s.at[uint32(p.h[0])]; m != nil {
-			delete(m, wid)
+		if x := s.at[uint32(p.h[0])]; x != nil {
+			delete(x.of, wid)
 			if i != last {
-				m[hs[i].wid()] = uint32(i)
+				x.of[hs[i].wid()] = uint32(i)
 			}
-			if last < bigHolders/2 {
+			// Dropped, the index is made again at the list's size when
+			// next needed: the rebuild is paid for by the removals since
+			// the peak.
+			if last < bigHolders/2 || last < x.peak/4 {
 				delete(s.at, uint32(p.h[0]))
 			}
 		}

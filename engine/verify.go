@@ -58,13 +58,13 @@ func (ix *Index) Verify() error {
 				holds[k] = s.holderKids(local, hd)
 			}
 		}
-		for idx, m := range s.at {
+		for idx, x := range s.at {
 			list := s.ovf[idx]
-			if len(m) != len(list) {
-				bad("shard %d: overflow list %d of %d holders has %d indexed", si, idx, len(list), len(m))
+			if len(x.of) != len(list) || x.peak < len(list) {
+				bad("shard %d: overflow list %d of %d holders has %d indexed (peak %d)", si, idx, len(list), len(x.of), x.peak)
 			}
 			for i, hd := range list {
-				if at, ok := m[hd.wid()]; !ok || at != uint32(i) {
+				if at, ok := x.of[hd.wid()]; !ok || at != uint32(i) {
 					bad("shard %d: overflow list %d: worker id %d at %d is indexed at %d", si, idx, hd.wid(), i, at)
 				}
 			}
