@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -18,16 +17,7 @@ import (
 // the snapshot being newer than the cut).
 func TestBrokenFramingBeforeSnapshotNamesTruncateBefore(t *testing.T) {
 	dir := t.TempDir()
-	s := openStore(t, dir)
-	hist := genHistory(5, 120)
-	appendAll(t, s, hist[:60], 1)
-	if _, idx, err := s.Snapshot(context.Background()); err != nil || idx != 60 {
-		t.Fatalf("snapshot: %d, %v", idx, err)
-	}
-	appendAll(t, s, hist[60:], 61)
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
+	makeHistory(t, dir, 60)
 	segs := walSegments(t, dir)
 	si := -1
 	for i, name := range segs {
@@ -73,16 +63,7 @@ func TestBrokenFramingBeforeSnapshotNamesTruncateBefore(t *testing.T) {
 // tools sent the operator back and forth between commands that both failed).
 func TestMissingSegmentAroundSnapshotNamesMovingIt(t *testing.T) {
 	dir := t.TempDir()
-	s := openStore(t, dir)
-	hist := genHistory(5, 120)
-	appendAll(t, s, hist[:60], 1)
-	if _, idx, err := s.Snapshot(context.Background()); err != nil || idx != 60 {
-		t.Fatalf("snapshot: %d, %v", idx, err)
-	}
-	appendAll(t, s, hist[60:], 61)
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
+	makeHistory(t, dir, 60)
 	segs := walSegments(t, dir)
 	si := -1
 	for i, name := range segs {

@@ -6,9 +6,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
-
-	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/kvidx/kvidx/engine"
 	"github.com/kvidx/kvidx/internal/natstest"
@@ -123,23 +120,6 @@ func TestFetchMaxBytesBelowAMessage(t *testing.T) {
 	}
 }
 
-// startServer starts an embedded JetStream server on loopback storing in
-// dir, with the given max payload, and returns its URL and a function that
-// shuts it down.
-func startServer(t *testing.T, dir string, maxPayload int32) (string, func()) {
-	t.Helper()
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, MaxPayload: maxPayload, NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server not ready")
-	}
-	t.Cleanup(ns.Shutdown)
-	return ns.ClientURL(), ns.Shutdown
-}
-
 // A message larger than the fetch's byte limit, even once raised to the
 // server's max payload (the message was stored under a larger one), is
 // delivered, by a fetch of one message without the limit after a limited
@@ -147,7 +127,7 @@ func startServer(t *testing.T, dir string, maxPayload int32) (string, func()) {
 // no error and a lag of 0).
 func TestFetchMessageOverMaxPayload(t *testing.T) {
 	dir := t.TempDir()
-	url, stop := startServer(t, dir, 1<<20)
+	url, stop := natstest.StartWith(t, dir, 1<<20)
 	big := bigStored(1, 1, 7000) // over 300 KB
 	if len(big) < 256<<10 {
 		t.Fatalf("test message of %d bytes", len(big))
@@ -155,7 +135,7 @@ func TestFetchMessageOverMaxPayload(t *testing.T) {
 	last := publishRaw(t, url, testPrefix+".1", big, bigStored(2, 1, 1), bigStored(3, 1, 1))
 	stop()
 
-	url, _ = startServer(t, dir, 64<<10)
+	url, _ = natstest.StartWith(t, dir, 64<<10)
 	st := &batchStore{}
 	src := New(Config{URL: url, Stream: testStream, FetchMaxBytes: 1 << 10}, st)
 	runSource(t, src, last)
