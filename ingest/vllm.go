@@ -35,6 +35,12 @@ type VLLMBatch struct {
 	// block pool's, under the same block hashes, and kvidx indexes what
 	// a worker holds on its GPU.
 	OtherMedium int
+	// OtherGroup counts BlockStored and BlockRemoved events of a KV-cache
+	// group that is not a full-attention one (a hybrid model's
+	// sliding-window or Mamba group: its block_hashes skip the blocks the
+	// window dropped, and its removals name blocks the full-attention group
+	// still holds), skipped.
+	OtherGroup int
 	// TS is the batch's ts (the engine's clock when it made the batch, in
 	// seconds) when it is a number; HasTS tells.
 	TS    float64
@@ -50,6 +56,10 @@ type VLLMDecoder struct {
 	d      *msgpack.Decoder
 	tokens []uint32
 	ev     rawEvent
+	// partialGroups holds the group_idx values a store named with a
+	// kv_cache_spec_kind that is not full attention: their removals carry
+	// only group_idx.
+	partialGroups map[uint64]struct{}
 }
 
 // rawEvent holds the fields of one event as decoded, whatever its class.
@@ -67,6 +77,10 @@ type rawEvent struct {
 	// loraID is lora_id, when given (not null).
 	loraID    uint64
 	hasLoraID bool
+	// group is group_idx, when given; kind is kv_cache_spec_kind.
+	group    uint64
+	hasGroup bool
+	kind     string
 }
 
 func decodeErr(format string, args ...any) error {
@@ -107,7 +121,7 @@ func (v *VLLMDecoder) Decode(payload []byte, workerID uint64) (VLLMBatch, error)
 		if b.TS, b.HasTS, err = v.ts(); err != nil {
 			return b, err
 		}
-		if evs, b.Unknown, b.OtherMedium, err = v.events(); err != nil {
+		if evs, b.Unknown, b.OtherMedium, b.OtherGroup, err = v.events(); err != nil {
 			return b, err
 		}
 		if n >= 3 {
@@ -133,7 +147,7 @@ func (v *VLLMDecoder) Decode(payload []byte, workerID uint64) (VLLMBatch, error)
 			}
 			switch key {
 			case "events":
-				if evs, b.Unknown, b.OtherMedium, err = v.events(); err != nil {
+				if evs, b.Unknown, b.OtherMedium, b.OtherGroup, err = v.events(); err != nil {
 					return b, err
 				}
 				haveEvents = true
@@ -530,39 +544,42 @@ func (v *VLLMDecoder) tokenIDs(dst []uint32) ([]uint32, error) {
 }
 
 // events decodes the events array.
-func (v *VLLMDecoder) events() ([]engine.Event, int, int, error) {
+func (v *VLLMDecoder) events() ([]engine.Event, int, int, int, error) {
 	n, err := v.arrayLen()
 	if err != nil {
-		return nil, 0, 0, wrapErr("events", err)
+		return nil, 0, 0, 0, wrapErr("events", err)
 	}
 	// The declared count reserves only what a payload that size could
 	// decode to (a known event takes at least 14 bytes, ["BlockRemoved"];
 	// an engine.Event is
 	// about 110): a corrupt 1 MiB array header reserved 100 MiB.
 	evs := make([]engine.Event, 0, min(n, v.r.Len()/14+1))
-	unknown, other := 0, 0
+	unknown, other, otherGroup := 0, 0, 0
 	for i := range n {
 		ev, ok, err := v.event()
 		if err != nil {
-			return nil, 0, 0, fmt.Errorf("event %d: %w", i, err)
+			return nil, 0, 0, 0, fmt.Errorf("event %d: %w", i, err)
 		}
 		if !ok {
-			if v.ev.otherMedium() {
+			switch {
+			case v.ev.otherMedium():
 				other++
-			} else {
+			case v.ev.otherGroup(v.partialGroups):
+				otherGroup++
+			default:
 				unknown++
 			}
 			continue
 		}
 		evs = append(evs, ev)
 	}
-	return evs, unknown, other, nil
+	return evs, unknown, other, otherGroup, nil
 }
 
 // BlockStored's and BlockRemoved's fields in array form, after the tag.
 var (
-	storedFields  = [...]string{"block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name"}
-	removedFields = [...]string{"block_hashes", "medium"}
+	storedFields  = [...]string{"block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name", "extra_keys", "group_idx", "kv_cache_spec_kind"}
+	removedFields = [...]string{"block_hashes", "medium", "group_idx"}
 )
 
 // event decodes one event; ok is false for an unknown class, or an event of
@@ -571,6 +588,7 @@ func (v *VLLMDecoder) event() (ev engine.Event, ok bool, err error) {
 	r := &v.ev
 	r.typ, r.hashes, r.hasParent, r.parent, r.tokens, r.blockSize, r.loraName, r.haveTokens, r.offGPU = "", r.hashes[:0], false, 0, nil, 0, "", false, false
 	r.loraID, r.hasLoraID = 0, false
+	r.group, r.hasGroup, r.kind = 0, false, ""
 	c, err := v.d.PeekCode()
 	if err != nil {
 		return ev, false, wrapErr("event", err)
@@ -632,6 +650,23 @@ func (v *VLLMDecoder) event() (ev engine.Event, ok bool, err error) {
 	}
 	if r.otherMedium() {
 		return ev, false, nil // skipped, counted by events as OtherMedium
+	}
+	if r.typ == "BlockStored" && r.hasGroup {
+		// A group's kind is named by its stores only: remember it for
+		// its removals.
+		if partialKind(r.kind) {
+			if v.partialGroups == nil {
+				v.partialGroups = map[uint64]struct{}{}
+			}
+			if len(v.partialGroups) < maxPartialGroups {
+				v.partialGroups[r.group] = struct{}{}
+			}
+		} else if r.kind != "" {
+			delete(v.partialGroups, r.group)
+		}
+	}
+	if r.otherGroup(v.partialGroups) {
+		return ev, false, nil // skipped, counted by events as OtherGroup
 	}
 	return v.build()
 }
@@ -698,6 +733,25 @@ func (v *VLLMDecoder) field(name string) (err error) {
 				err = v.skip()
 			}
 		}
+	case "group_idx":
+		var c byte
+		if c, err = v.d.PeekCode(); err == nil {
+			if isInt(c) {
+				r.group, err = v.uint(name, math.MaxInt64)
+				r.hasGroup = err == nil
+			} else {
+				err = v.skip()
+			}
+		}
+	case "kv_cache_spec_kind":
+		var c byte
+		if c, err = v.d.PeekCode(); err == nil {
+			if msgpcode.IsString(c) {
+				r.kind, err = v.str()
+			} else {
+				err = v.skip()
+			}
+		}
 	case "lora_id":
 		var c byte
 		if c, err = v.d.PeekCode(); err == nil {
@@ -722,6 +776,32 @@ func (v *VLLMDecoder) field(name string) (err error) {
 // lora_name): "lora_id:" and the id in decimal. A router's query matches
 // them with that name as its lora_name.
 func LoraIDName(id uint64) string { return "lora_id:" + strconv.FormatUint(id, 10) }
+
+// maxPartialGroups bounds the groups a decoder remembers as partial.
+const maxPartialGroups = 64
+
+// partialKind tells whether a kv_cache_spec_kind names a group whose blocks
+// do not hold a whole prefix (a window, or a state).
+func partialKind(kind string) bool {
+	switch kind {
+	case "sliding_window", "sliding_window_mla", "chunked_local_attention", "mamba":
+		return true
+	}
+	return false
+}
+
+// otherGroup tells whether r is a store or removal of a KV-cache group that
+// is not a full-attention one.
+func (r *rawEvent) otherGroup(partial map[uint64]struct{}) bool {
+	if r.typ != "BlockStored" && r.typ != "BlockRemoved" {
+		return false
+	}
+	if r.typ == "BlockStored" && partialKind(r.kind) {
+		return true
+	}
+	_, ok := partial[r.group]
+	return r.hasGroup && ok
+}
 
 // otherMedium tells whether r is a store or removal of another medium
 // than the GPU.

@@ -105,6 +105,9 @@ type SourceStats struct {
 	// OtherMedium counts the stores and removals of another medium than
 	// the GPU (vLLM's CPU offloading tier), skipped.
 	OtherMedium uint64
+	// OtherGroup counts the stores and removals of a hybrid model's
+	// KV-cache group that is not a full-attention one, skipped.
+	OtherGroup uint64
 	// Replays counts replay requests, ReplayedBatches the batches they
 	// delivered (duplicates included).
 	Replays, ReplayedBatches uint64
@@ -856,9 +859,10 @@ func (s *ZMQSource) apply(ctx context.Context, seq uint64, payload []byte, repla
 	if b.Unknown > 0 {
 		s.fail(ReasonUnknown, fmt.Errorf("batch %d: %d events of an unknown class skipped", seq, b.Unknown))
 	}
-	if b.OtherMedium > 0 {
+	if b.OtherMedium > 0 || b.OtherGroup > 0 {
 		s.mu.Lock()
 		s.stats.OtherMedium += uint64(b.OtherMedium)
+		s.stats.OtherGroup += uint64(b.OtherGroup)
 		s.mu.Unlock()
 	}
 	events := b.Events

@@ -343,7 +343,7 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		srv.AddSource(func() node.SourceStatus {
 			st := src.Stats()
 			return node.SourceStatus{Name: st.Source, Connected: st.Connected, Applied: st.LastSeq, Lag: st.Lag, Errors: st.Errors, LastError: st.LastConnError,
-				Skipped: map[string]uint64{"other_medium": st.OtherMedium}}
+				Skipped: map[string]uint64{"other_medium": st.OtherMedium, "other_group": st.OtherGroup}}
 		})
 		srv.GoSource(src.Run)
 	}
