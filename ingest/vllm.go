@@ -56,10 +56,10 @@ type VLLMDecoder struct {
 	d      *msgpack.Decoder
 	tokens []uint32
 	ev     rawEvent
-	// partialGroups holds the group_idx values a store named with a
-	// kv_cache_spec_kind that is not full attention: their removals carry
-	// only group_idx.
-	partialGroups map[uint64]struct{}
+	// partial holds the group_idx values (bit i: group i, below 64) a
+	// store named with a kv_cache_spec_kind that holds no whole prefix:
+	// their removals carry only group_idx.
+	partial uint64
 }
 
 // rawEvent holds the fields of one event as decoded, whatever its class.
@@ -564,7 +564,7 @@ func (v *VLLMDecoder) events() ([]engine.Event, int, int, int, error) {
 			switch {
 			case v.ev.otherMedium():
 				other++
-			case v.ev.otherGroup(v.partialGroups):
+			case v.ev.otherGroup(v.partial):
 				otherGroup++
 			default:
 				unknown++
@@ -654,18 +654,15 @@ func (v *VLLMDecoder) event() (ev engine.Event, ok bool, err error) {
 	if r.typ == "BlockStored" && r.hasGroup {
 		// A group's kind is named by its stores only: remember it for
 		// its removals.
-		if partialKind(r.kind) {
-			if v.partialGroups == nil {
-				v.partialGroups = map[uint64]struct{}{}
-			}
-			if len(v.partialGroups) < maxPartialGroups {
-				v.partialGroups[r.group] = struct{}{}
-			}
-		} else if r.kind != "" {
-			delete(v.partialGroups, r.group)
+		switch {
+		case r.group >= maxGroups:
+		case partialKind(r.kind):
+			v.partial |= 1 << r.group
+		case r.kind != "":
+			v.partial &^= 1 << r.group
 		}
 	}
-	if r.otherGroup(v.partialGroups) {
+	if r.otherGroup(v.partial) {
 		return ev, false, nil // skipped, counted by events as OtherGroup
 	}
 	return v.build()
@@ -777,8 +774,17 @@ func (v *VLLMDecoder) field(name string) (err error) {
 // them with that name as its lora_name.
 func LoraIDName(id uint64) string { return "lora_id:" + strconv.FormatUint(id, 10) }
 
-// maxPartialGroups bounds the groups a decoder remembers as partial.
-const maxPartialGroups = 64
+// maxGroups bounds the group_idx values a decoder remembers the kind of:
+// a hybrid model has a handful of KV-cache groups.
+const maxGroups = 64
+
+// PartialGroups returns the KV-cache groups (bit i: group_idx i) whose
+// stores named a kind that holds no whole prefix: their removals are
+// skipped. A source records it, so that this outlives a restart.
+func (v *VLLMDecoder) PartialGroups() uint64 { return v.partial }
+
+// SetPartialGroups restores what PartialGroups returned.
+func (v *VLLMDecoder) SetPartialGroups(groups uint64) { v.partial = groups }
 
 // partialKind tells whether a kv_cache_spec_kind names a group whose blocks
 // do not hold a whole prefix (a window, or a state).
@@ -792,15 +798,14 @@ func partialKind(kind string) bool {
 
 // otherGroup tells whether r is a store or removal of a KV-cache group that
 // is not a full-attention one.
-func (r *rawEvent) otherGroup(partial map[uint64]struct{}) bool {
+func (r *rawEvent) otherGroup(partial uint64) bool {
 	if r.typ != "BlockStored" && r.typ != "BlockRemoved" {
 		return false
 	}
 	if r.typ == "BlockStored" && partialKind(r.kind) {
 		return true
 	}
-	_, ok := partial[r.group]
-	return r.hasGroup && ok
+	return r.hasGroup && r.group < maxGroups && partial&(1<<r.group) != 0
 }
 
 // otherMedium tells whether r is a store or removal of another medium

@@ -100,3 +100,46 @@ func TestHybridArrayForm(t *testing.T) {
 		t.Fatalf("want the full group's store and removal, two skipped; got %+v (skipped %d)", b.Events, b.OtherGroup)
 	}
 }
+
+// The partial groups outlive a restart of kvidx: they are recorded in the
+// WAL with the batch that taught them, and a source on the same store skips
+// such a group's removal before any store of it (a removal names only its
+// group).
+func TestHybridGroupsRecorded(t *testing.T) {
+	st := &fakeStore{}
+	msg := func(seq uint64, p []byte) [][]byte { return [][]byte{[]byte("t"), be64(seq), p} }
+	src := NewZMQSource(ZMQSpec{Endpoint: "tcp://x:1", WorkerID: 7}, st, testOptions())
+	if err := src.handle(t.Context(), msg(0, hybridBatch())); err != nil {
+		t.Fatal(err)
+	}
+	_, pos := st.Applied()
+	found := false
+	for _, p := range pos {
+		if p.Source == src.Name()+groupsMark {
+			found = p.Seq == 1<<1
+		}
+	}
+	if !found {
+		t.Fatalf("positions %v: want %s%s = group 1", pos, src.Name(), groupsMark)
+	}
+
+	again := NewZMQSource(ZMQSpec{Endpoint: "tcp://x:1", WorkerID: 7}, st, testOptions())
+	again.restore()
+	rm := map[string]any{"type": "BlockRemoved", "block_hashes": []uint64{11}, "medium": "GPU", "group_idx": 1}
+	p, err := msgpack.Marshal(map[string]any{"ts": 1.7e9 + 1, "events": []any{rm}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := again.handle(t.Context(), msg(1, p)); err != nil {
+		t.Fatal(err)
+	}
+	bs := st.snapshot()
+	for _, ev := range bs[len(bs)-1].events {
+		if ev.Kind == engine.KindRemoved {
+			t.Fatalf("after a restart, group 1's removal was applied: %+v", bs[len(bs)-1].events)
+		}
+	}
+	if got := again.Stats().OtherGroup; got != 1 {
+		t.Fatalf("OtherGroup %d after the restart, want 1", got)
+	}
+}

@@ -144,6 +144,8 @@ type ZMQSource struct {
 
 	// Owned by the Run goroutine.
 	dec VLLMDecoder
+	// groups is the decoder's partial groups as last recorded in the WAL.
+	groups uint64
 	// replayResets is resets when the running replay began.
 	replayResets uint64
 	last         uint64
@@ -231,6 +233,11 @@ func (s *ZMQSource) rankPosition(r uint32) wal.Position {
 	return wal.Position{Source: s.name + rankMark + strconv.FormatUint(uint64(r), 10), Seq: 1}
 }
 
+// groupsMark names the position holding the decoder's partial KV-cache
+// groups ("zmq:<endpoint>#groups", see VLLMDecoder.PartialGroups): a
+// removal names only its group, whose kind its stores told.
+const groupsMark = "#groups"
+
 // tsMark names the position holding the latest ts of the batches applied,
 // in microseconds ("zmq:<endpoint>#ts"; 0 when the last one had none).
 const tsMark = "#ts"
@@ -276,13 +283,10 @@ func (s *ZMQSource) Stats() SourceStats {
 	return st
 }
 
-// Run follows the publisher until ctx is cancelled, then returns nil once
-// its sockets are closed and its goroutines done. It reads the source's
-// position from the store first and, with a replay endpoint, asks for
-// everything after it (from 0 when there is none). Bad input, lost
-// connections and refused appends are counted and survived, never returned.
-// Run must not be called twice at once on one source.
-func (s *ZMQSource) Run(ctx context.Context) error {
+// restore takes the source's state from the positions the store recorded:
+// the last batch applied, its ts, the DP ranks fed, the partial KV-cache
+// groups.
+func (s *ZMQSource) restore() {
 	_, positions := s.store.Applied()
 	for _, p := range positions {
 		switch p.Source {
@@ -290,6 +294,9 @@ func (s *ZMQSource) Run(ctx context.Context) error {
 			s.last, s.have = p.Seq, true
 		case s.name + tsMark:
 			s.lastTS = p.Seq
+		case s.name + groupsMark:
+			s.groups = p.Seq
+			s.dec.SetPartialGroups(p.Seq)
 		}
 		if r, ok := s.rankOf(p.Source); ok && len(s.ranks) < maxDPRanks {
 			s.ranks[r] = struct{}{}
@@ -298,6 +305,16 @@ func (s *ZMQSource) Run(ctx context.Context) error {
 	s.mu.Lock()
 	s.stats.HasSeq, s.stats.LastSeq = s.have, s.last
 	s.mu.Unlock()
+}
+
+// Run follows the publisher until ctx is cancelled, then returns nil once
+// its sockets are closed and its goroutines done. It reads the source's
+// position from the store first and, with a replay endpoint, asks for
+// everything after it (from 0 when there is none). Bad input, lost
+// connections and refused appends are counted and survived, never returned.
+// Run must not be called twice at once on one source.
+func (s *ZMQSource) Run(ctx context.Context) error {
+	s.restore()
 	s.log.Info("zmq source starting", "endpoint", s.spec.Endpoint, "replay", s.spec.Replay,
 		"resume_seq", s.next(), "recorded", s.have)
 
@@ -882,7 +899,15 @@ func (s *ZMQSource) apply(ctx context.Context, seq uint64, payload []byte, repla
 	if seq == 0 {
 		s.zeroSum, s.haveZero = xxh3.Hash(payload), true
 	}
-	return s.append(ctx, events, seq, tsMicros(b.TS, b.HasTS), clear, rankPos...)
+	groups := s.dec.PartialGroups()
+	if groups != s.groups {
+		rankPos = append(rankPos, wal.Position{Source: s.name + groupsMark, Seq: groups})
+	}
+	if err := s.append(ctx, events, seq, tsMicros(b.TS, b.HasTS), clear, rankPos...); err != nil {
+		return err
+	}
+	s.groups = groups
+	return nil
 }
 
 // replayFrom is where a replay starts: at the next batch, or at the last
