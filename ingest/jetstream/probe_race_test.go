@@ -2,6 +2,7 @@ package jetstream
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	js "github.com/nats-io/nats.go/jetstream"
@@ -36,10 +37,16 @@ func TestProbeFindsOwnSubjectMessage(t *testing.T) {
 	}
 	src := New(Config{URL: url, Stream: testStream, Subject: filter}, &posStore{})
 	var prev uint64
-	hits := 0
+	hits, timeouts := 0, 0
 	for i := 0; i < 3000; i++ {
 		for _, n := range []int{1000, 1} { // the second fetch is the empty one
 			b, err := cons.FetchNoWait(n)
+			if errors.Is(err, context.DeadlineExceeded) && timeouts < 100 {
+				// A fetch request timed out on a loaded machine (CI's
+				// -race run beside other work): not what is tested here.
+				timeouts++
+				continue
+			}
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -70,5 +77,5 @@ func TestProbeFindsOwnSubjectMessage(t *testing.T) {
 		}
 		hits++
 	}
-	t.Logf("%d looks in the window", hits)
+	t.Logf("%d looks in the window, %d fetches timed out", hits, timeouts)
 }
