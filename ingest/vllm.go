@@ -81,6 +81,9 @@ type rawEvent struct {
 	group    uint64
 	hasGroup bool
 	kind     string
+	// windowStore: a store of a group that named no full-prefix kind and
+	// left blocks out of block_hashes (a window's or Mamba's null blocks).
+	windowStore bool
 }
 
 func decodeErr(format string, args ...any) error {
@@ -99,10 +102,17 @@ func wrapErr(what string, err error) error {
 // "data_parallel_rank" (unknown trailing elements and keys are ignored).
 // Every event gets Worker{workerID, data_parallel_rank}. Errors wrap
 // [ErrDecode]; no input panics.
-func (v *VLLMDecoder) Decode(payload []byte, workerID uint64) (VLLMBatch, error) {
+func (v *VLLMDecoder) Decode(payload []byte, workerID uint64) (b VLLMBatch, err error) {
 	defer v.trim()
+	// The groups a batch teaches count only when the batch decodes: a
+	// discarded one must not leave its (maybe garbled) kinds behind.
+	partial := v.partial
+	defer func() {
+		if err != nil {
+			v.partial = partial
+		}
+	}()
 	v.start(payload)
-	var b VLLMBatch
 	var evs []engine.Event
 	var rank uint64
 	c, err := v.d.PeekCode()
@@ -588,7 +598,7 @@ func (v *VLLMDecoder) event() (ev engine.Event, ok bool, err error) {
 	r := &v.ev
 	r.typ, r.hashes, r.hasParent, r.parent, r.tokens, r.blockSize, r.loraName, r.haveTokens, r.offGPU = "", r.hashes[:0], false, 0, nil, 0, "", false, false
 	r.loraID, r.hasLoraID = 0, false
-	r.group, r.hasGroup, r.kind = 0, false, ""
+	r.group, r.hasGroup, r.kind, r.windowStore = 0, false, "", false
 	c, err := v.d.PeekCode()
 	if err != nil {
 		return ev, false, wrapErr("event", err)
@@ -652,13 +662,18 @@ func (v *VLLMDecoder) event() (ev engine.Event, ok bool, err error) {
 		return ev, false, nil // skipped, counted by events as OtherMedium
 	}
 	if r.typ == "BlockStored" && r.hasGroup {
+		// A group that names no full-prefix kind (vLLM before
+		// kv_cache_spec_kind, or "unknown") and leaves blocks out of
+		// block_hashes is a window or state group all the same.
+		r.windowStore = !fullKind(r.kind) && !partialKind(r.kind) && r.blockSize > 0 &&
+			int64(len(r.tokens))/r.blockSize > int64(len(r.hashes))
 		// A group's kind is named by its stores only: remember it for
 		// its removals.
 		switch {
 		case r.group >= maxGroups:
-		case partialKind(r.kind):
+		case partialKind(r.kind) || r.windowStore:
 			v.partial |= 1 << r.group
-		case r.kind != "":
+		case fullKind(r.kind):
 			v.partial &^= 1 << r.group
 		}
 	}
@@ -786,6 +801,16 @@ func (v *VLLMDecoder) PartialGroups() uint64 { return v.partial }
 // SetPartialGroups restores what PartialGroups returned.
 func (v *VLLMDecoder) SetPartialGroups(groups uint64) { v.partial = groups }
 
+// fullKind tells whether a kv_cache_spec_kind names a group whose blocks
+// hold the whole prefix.
+func fullKind(kind string) bool {
+	switch kind {
+	case "full_attention", "mla_attention", "sink_full_attention":
+		return true
+	}
+	return false
+}
+
 // partialKind tells whether a kv_cache_spec_kind names a group whose blocks
 // do not hold a whole prefix (a window, or a state).
 func partialKind(kind string) bool {
@@ -802,8 +827,13 @@ func (r *rawEvent) otherGroup(partial uint64) bool {
 	if r.typ != "BlockStored" && r.typ != "BlockRemoved" {
 		return false
 	}
-	if r.typ == "BlockStored" && partialKind(r.kind) {
-		return true
+	if r.typ == "BlockStored" {
+		if partialKind(r.kind) || r.windowStore {
+			return true
+		}
+		if fullKind(r.kind) {
+			return false
+		}
 	}
 	return r.hasGroup && r.group < maxGroups && partial&(1<<r.group) != 0
 }
