@@ -80,16 +80,24 @@ func (e *testEnv) do(t *testing.T, method, path, body string) response {
 
 func (e *testEnv) send(t *testing.T, req *http.Request) response {
 	t.Helper()
-	resp, err := http.DefaultClient.Do(req)
+	r, err := trySend(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", req.Method, req.URL.Path, err)
+	}
+	return r
+}
+
+func trySend(req *http.Request) (response, error) {
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return response{}, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		t.Fatalf("%s %s: reading body: %v", req.Method, req.URL.Path, err)
+		return response{}, fmt.Errorf("reading body: %w", err)
 	}
-	return response{resp.StatusCode, resp.Header, b}
+	return response{resp.StatusCode, resp.Header, b}, nil
 }
 
 func (r response) want(t *testing.T, code int) response {
