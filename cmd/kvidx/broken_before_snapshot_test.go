@@ -18,19 +18,7 @@ import (
 func TestBrokenFramingBeforeSnapshotNamesTruncateBefore(t *testing.T) {
 	dir := t.TempDir()
 	makeHistory(t, dir, 60)
-	segs := walSegments(t, dir)
-	si := -1
-	for i, name := range segs {
-		if first, _ := strconv.ParseUint(name, 10, 64); first <= 61 {
-			si = i
-		}
-	}
-	if si < 0 || si == len(segs)-1 {
-		t.Fatalf("segments %v: want entry 61 in a segment before the last", segs)
-	}
-	if first, _ := strconv.ParseUint(segs[si], 10, 64); first > 60 {
-		t.Fatalf("segments %v: want entries 60 and 61 in one segment before the last", segs)
-	}
+	segs, si := segmentOf60And61(t, dir)
 	path := filepath.Join(dir, "wal", segs[si])
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -64,18 +52,9 @@ func TestBrokenFramingBeforeSnapshotNamesTruncateBefore(t *testing.T) {
 func TestMissingSegmentAroundSnapshotNamesMovingIt(t *testing.T) {
 	dir := t.TempDir()
 	makeHistory(t, dir, 60)
-	segs := walSegments(t, dir)
-	si := -1
-	for i, name := range segs {
-		if first, _ := strconv.ParseUint(name, 10, 64); first <= 60 {
-			si = i
-		}
-	}
-	if si < 1 || si == len(segs)-1 {
+	segs, si := segmentOf60And61(t, dir)
+	if si < 1 {
 		t.Fatalf("segments %v: want entries 60 and 61 in a segment neither first nor last", segs)
-	}
-	if next, _ := strconv.ParseUint(segs[si+1], 10, 64); next <= 61 {
-		t.Fatalf("segments %v: want entries 60 and 61 in one segment", segs)
 	}
 	first, _ := strconv.ParseUint(segs[si], 10, 64)
 	if err := os.Remove(filepath.Join(dir, "wal", segs[si])); err != nil {
@@ -100,4 +79,24 @@ func TestMissingSegmentAroundSnapshotNamesMovingIt(t *testing.T) {
 	if out, _, err := runKvidx(t, "", "recover", "--data-dir", dir, "--dry-run"); err != nil {
 		t.Fatalf("dry run after the repair: %v\n%s", err, out)
 	}
+}
+
+// segmentOf60And61 returns dir's WAL segments and the index among them of
+// the one holding entries 60 and 61, which must be one before the last.
+func segmentOf60And61(t *testing.T, dir string) ([]string, int) {
+	t.Helper()
+	segs := walSegments(t, dir)
+	si := -1
+	for i, name := range segs {
+		if first, _ := strconv.ParseUint(name, 10, 64); first <= 60 {
+			si = i
+		}
+	}
+	if si < 0 || si == len(segs)-1 {
+		t.Fatalf("segments %v: want entries 60 and 61 in a segment before the last", segs)
+	}
+	if next, _ := strconv.ParseUint(segs[si+1], 10, 64); next <= 61 {
+		t.Fatalf("segments %v: want entries 60 and 61 in one segment", segs)
+	}
+	return segs, si
 }
