@@ -194,16 +194,23 @@ func writePlanText(w io.Writer, p *recoveryPlan) error {
 	for _, sk := range p.Skipped {
 		row("snapshot skipped", fmt.Sprintf("%s (WAL index %d): %s", sk.File, sk.Index, sk.Reason))
 	}
+	// A refusal found while planning the replay (damage in the entries
+	// after the snapshot) comes after the snapshot and the range were
+	// chosen: they are shown, as the JSON report has them, since a restart
+	// would load that snapshot and stop in that range. Earlier refusals
+	// leave both unset.
+	if p.Refusal == "" || p.SnapshotUsed != nil || p.ReplayEntries > 0 {
+		if p.SnapshotUsed != nil {
+			row("snapshot to load", fmt.Sprintf("%s (WAL index %d, %d bytes)", p.SnapshotUsed.File, p.SnapshotUsed.Index, p.SnapshotUsed.Bytes))
+		} else {
+			row("snapshot to load", "none (full WAL replay from index 1)")
+		}
+		row("entries to replay", rangeText(p.ReplayFrom, p.ReplayTo, p.ReplayEntries))
+	}
 	if p.Refusal != "" {
 		row("outcome", "REFUSE to start: "+p.Refusal)
-		return bw.Flush()
-	}
-	if p.SnapshotUsed != nil {
-		row("snapshot to load", fmt.Sprintf("%s (WAL index %d, %d bytes)", p.SnapshotUsed.File, p.SnapshotUsed.Index, p.SnapshotUsed.Bytes))
 	} else {
-		row("snapshot to load", "none (full WAL replay from index 1)")
+		row("outcome", "a restart would recover")
 	}
-	row("entries to replay", rangeText(p.ReplayFrom, p.ReplayTo, p.ReplayEntries))
-	row("outcome", "a restart would recover")
 	return bw.Flush()
 }

@@ -336,6 +336,11 @@ func TestRecoverDryRunNamesReplayRepair(t *testing.T) {
 	if !strings.Contains(out, "replay would fail") || !strings.Contains(out, want) || strings.Contains(out, "wal corrupt: wal corrupt") {
 		t.Fatalf("dry run:\n%s\nwant the replay's repair, %q", out, want)
 	}
+	// The text says what the JSON report says: the snapshot a restart
+	// would load and the entries it would stop in.
+	if !strings.Contains(out, "snapshot-00000000000000000050.bolt") || !strings.Contains(out, "entries to replay") {
+		t.Fatalf("dry run:\n%s\nwant the snapshot to load and the entries to replay before the refusal", out)
+	}
 }
 
 // The repair a refusal names pastes into a shell as it is, whatever the
