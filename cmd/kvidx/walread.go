@@ -48,7 +48,14 @@ file and byte offset.`,
 				return fmt.Errorf("wal dump: %w", err)
 			}
 			out := bufio.NewWriterSize(cmd.OutOrStdout(), 64<<10)
-			lay, _ := wal.Inspect(dir)
+			lay, err := wal.Inspect(dir)
+			if err != nil && !errors.Is(err, wal.ErrCorrupt) {
+				// An I/O error stops the walk part way: its layout is
+				// partial (no last index), and the range note made from it
+				// would tell of a log without entries. The scan would fail
+				// the same way, so fail now.
+				return fmt.Errorf("wal dump: %w", err)
+			}
 			total := int64(0)
 			if lay.LastIndex >= lay.FirstIndex {
 				lo, hi := max(from, lay.FirstIndex), lay.LastIndex
@@ -218,6 +225,12 @@ them stops at: 0 means every entry in the range is readable.`,
 				return fmt.Errorf("wal stat: %w", err)
 			}
 			lay, err := wal.Inspect(dir)
+			if err != nil && !errors.Is(err, wal.ErrCorrupt) {
+				// An I/O error, not something Open would refuse: the walk
+				// stopped part way, and its layout (an empty range, a
+				// refusal the log may not deserve) is not the log's.
+				return fmt.Errorf("wal stat: %w", err)
+			}
 			st := walStat{
 				FirstIndex: lay.FirstIndex, LastIndex: lay.LastIndex, Entries: lay.Entries, Segments: lay.Segments, Bytes: lay.Bytes,
 				FramedBytes: lay.FramedBytes, DecodedBytes: lay.DecodedBytes,

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/kvidx/kvidx/recovery"
+	"github.com/kvidx/kvidx/wal"
 )
 
 // walSegments returns the names of the segment files of dir/wal, in order.
@@ -317,5 +318,49 @@ func TestWALRepairTrimsStrayBytes(t *testing.T) {
 	out, _, err = runKvidx(t, "", "recover", "--data-dir", dir, "--dry-run")
 	if err != nil || !strings.Contains(out, "1..120 (120)") {
 		t.Fatalf("dry run after the repair: %v; want all 120 entries replayed\n%s", err, out)
+	}
+}
+
+// A log that cannot be read (an I/O error, not damage) fails stat and dump
+// with the error alone: the layout walked up to the failure is partial, and
+// they printed it as the log's ("range 0..0", "open would refuse: ...
+// permission denied") or noted from it that the log held no entries.
+func TestWALReadIOErrorPrintsNoPartialLayout(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		breakLog func(t *testing.T, walDir string)
+		wantErr  string
+	}{
+		{"TAIL unreadable", func(t *testing.T, walDir string) {
+			if err := os.Mkdir(filepath.Join(walDir, wal.TailMarkName), 0o750); err != nil {
+				t.Fatal(err)
+			}
+		}, "is a directory"},
+		{"segment unreadable", func(t *testing.T, walDir string) {
+			// A link to itself: opening it fails (ELOOP) for root too,
+			// and it is not a missing file.
+			seg := filepath.Join(walDir, "00000000000000000060")
+			if err := os.Remove(seg); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(filepath.Base(seg), seg); err != nil {
+				t.Fatal(err)
+			}
+		}, "too many levels of symbolic links"},
+	} {
+		for _, args := range [][]string{{"stat"}, {"stat", "--json"}, {"dump", "--from", "55"}} {
+			t.Run(tc.name+"/"+strings.Join(args, " "), func(t *testing.T) {
+				dir := t.TempDir()
+				copyTree(t, fixtureDir, dir)
+				tc.breakLog(t, filepath.Join(dir, "wal"))
+				out, stderr, err := runKvidx(t, "", append([]string{"wal", args[0], dir}, args[1:]...)...)
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want one saying %q", err, tc.wantErr)
+				}
+				if out != "" || stderr != "" {
+					t.Fatalf("printed a partial layout: stdout %q, stderr %q", out, stderr)
+				}
+			})
+		}
 	}
 }
