@@ -67,7 +67,9 @@ func open(path string, mmapFlags int) (r *Reader, err error) {
 	// A wrong path, not a damaged snapshot: say so rather than judge its
 	// size (a directory was reported as a truncated file).
 	if fi.IsDir() {
-		return nil, fmt.Errorf("snapshot %s: is a directory, not a snapshot file", path)
+		// A data directory is the likely mistake: name where its
+		// snapshot files are.
+		return nil, fmt.Errorf("snapshot %s: is a directory, not a snapshot file (a kvidx data directory keeps them in snapshots/, as snapshot-<WAL index>.bolt)", path)
 	}
 	if !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("snapshot %s: is not a regular file (%s), not a snapshot file", path, fi.Mode().Type())
