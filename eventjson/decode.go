@@ -15,6 +15,14 @@ var (
 	errDuplicate = errors.New("duplicate field")
 )
 
+// ErrOtherTier is wrapped by the error for an event of a storage_tier other
+// than "device" or a residency_domain other than "worker" (Dynamo's
+// RouterEvent, ai-dynamo/dynamo lib/kv-router/src/protocols.rs): kvidx
+// indexes what a worker holds on its GPU, and such an event names blocks of
+// a host, disk or shared tier under the same block hashes, so applying it
+// would store or remove the worker's GPU blocks (or clear them all).
+var ErrOtherTier = errors.New("not the worker's device tier")
+
 // firstTime marks field as seen in an object, or fails if it was already:
 // a repeated known key is refused rather than silently taking one value.
 func firstTime(seen *bool, field string) error {
@@ -84,7 +92,8 @@ func decodeEvent(s *scanner, ev *engine.Event, blocks *[]engine.Block, hashes *[
 	if err := s.beginObject(); err != nil {
 		return err
 	}
-	var haveWorker, haveEvent bool
+	var haveWorker, haveEvent, haveTier, haveDomain bool
+	var other error
 	for first := true; ; {
 		key, more, err := s.member(&first)
 		if err != nil {
@@ -111,6 +120,20 @@ func decodeEvent(s *scanner, ev *engine.Event, blocks *[]engine.Block, hashes *[
 			if err := decodeInner(s, ev, blocks, hashes); err != nil {
 				return inField("event", err)
 			}
+		case "storage_tier":
+			if err := firstTime(&haveTier, "storage_tier"); err != nil {
+				return err
+			}
+			if err := otherThan(s, "storage_tier", "device", &other); err != nil {
+				return inField("storage_tier", err)
+			}
+		case "residency_domain":
+			if err := firstTime(&haveDomain, "residency_domain"); err != nil {
+				return err
+			}
+			if err := otherThan(s, "residency_domain", "worker", &other); err != nil {
+				return inField("residency_domain", err)
+			}
 		default:
 			if err := s.skip(0); err != nil {
 				return inField(keyName(key), err)
@@ -122,6 +145,26 @@ func decodeEvent(s *scanner, ev *engine.Event, blocks *[]engine.Block, hashes *[
 		return inField("worker_id", errMissing)
 	case !haveEvent:
 		return inField("event", errMissing)
+	case other != nil:
+		// Refused whole, after the rest decoded: the caller counts it
+		// like any other undecodable event.
+		return other
+	}
+	return nil
+}
+
+// otherThan reads field's string value (null: absent) and, when it is not
+// want, sets *other (if not set yet) to an error naming it.
+func otherThan(s *scanner, field, want string, other *error) error {
+	if isNull, err := s.null(); err != nil || isNull {
+		return err
+	}
+	v, err := s.str()
+	if err != nil {
+		return err
+	}
+	if string(v) != want && *other == nil {
+		*other = inField(field, fmt.Errorf("%q: %w", clip(v), ErrOtherTier))
 	}
 	return nil
 }

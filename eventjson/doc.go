@@ -20,7 +20,9 @@
 // strictness protects the index (numbers must be plain unsigned integers that
 // fit their field, required fields must be present, the event kind must be
 // known, nothing may follow the value) and lenient where it protects
-// compatibility (unknown fields, absent or null optional fields).
+// compatibility (unknown fields, absent or null optional fields). An event
+// of another storage_tier than "device" or residency_domain than "worker"
+// is refused ([ErrOtherTier]).
 //
 // [AppendEvent] writes the canonical one-line form, which [DecodeEvent] reads
 // back to the same [engine.Event]. Queries ([DecodeQuery]) name a prefix by

@@ -11,7 +11,9 @@
 // kvidx hashes each stored block's tokens itself (engine.LocalHashes with
 // the LoRA salt of lora_name) and keeps the engine's hash as the block hash.
 // Hashes may be unsigned or signed integers (bits kept) or bytes (the low 8,
-// big-endian).
+// big-endian). SGLang's publisher is read too: its salted stores' metadata
+// map in lora_name's place is skipped, and its EAGLE bigram token_ids
+// ([t_i, t_i+1] pairs) are read as each pair's first token.
 //
 // # Exactly once, in order
 //

@@ -543,7 +543,24 @@ func (v *VLLMDecoder) tokenIDs(dst []uint32) ([]uint32, error) {
 		return nil, wrapErr("token_ids", err)
 	}
 	dst = dst[:0]
-	for range n {
+	for i := range n {
+		c, err := v.d.PeekCode()
+		if err != nil {
+			return nil, wrapErr("token_ids", err)
+		}
+		if isArray(c) {
+			// SGLang under EAGLE keys its radix cache by bigrams and
+			// publishes token_ids as [t_i, t_i+1] pairs, one a position
+			// (sgl-project/sglang PR 39610; ai-dynamo/dynamo
+			// lib/kv-router/src/zmq_wire/types.rs, KvTokenIds::Bigram):
+			// the block holds the first of each.
+			t, err := v.bigramFirst(i)
+			if err != nil {
+				return nil, err
+			}
+			dst = append(dst, t)
+			continue
+		}
 		t, err := v.uint("token_ids", math.MaxUint32)
 		if err != nil {
 			return nil, err
@@ -551,6 +568,24 @@ func (v *VLLMDecoder) tokenIDs(dst []uint32) ([]uint32, error) {
 		dst = append(dst, uint32(t))
 	}
 	return dst, nil
+}
+
+// bigramFirst decodes token_ids[i] as a pair of token ids and returns
+// the first. The element's name is formatted only on failure: an EAGLE
+// store has one pair per token.
+func (v *VLLMDecoder) bigramFirst(i int) (uint32, error) {
+	var pair [2]uint64
+	n, err := v.arrayLen()
+	if err == nil && n != 2 {
+		err = fmt.Errorf("array of %d elements, want a pair", n)
+	}
+	for j := 0; err == nil && j < 2; j++ {
+		pair[j], err = v.uint("token", math.MaxUint32)
+	}
+	if err != nil {
+		return 0, wrapErr(fmt.Sprintf("token_ids[%d]", i), err)
+	}
+	return uint32(pair[0]), nil
 }
 
 // events decodes the events array.
@@ -725,10 +760,21 @@ func (v *VLLMDecoder) field(name string) (err error) {
 		if null, err = v.isNil(); err == nil && !null {
 			var c byte
 			if c, err = v.d.PeekCode(); err == nil {
-				if !msgpcode.IsString(c) {
+				switch {
+				case msgpcode.IsString(c):
+					r.loraName, err = v.str()
+				case isMap(c):
+					// SGLang's BlockStoredWithMetadata (from 0.5.18,
+					// python/sglang/srt/disaggregation/kv_events.py in
+					// sgl-project/sglang) puts a map ({"cache_salt": ...,
+					// "session_id": ...}) in this slot of the array form:
+					// refusing it lost the whole batch and cleared the
+					// worker at every salted store. kvidx hashes tokens
+					// without the salt, as it does vLLM's extra_keys.
+					err = v.skip()
+				default:
 					return decodeErr("lora_name: want a string, got code 0x%02x", c)
 				}
-				r.loraName, err = v.str()
 			}
 		}
 	// medium and lora_id were skipped before kvidx read them: a value of

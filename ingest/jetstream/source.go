@@ -526,7 +526,13 @@ func (s *Source) session(ctx context.Context) error {
 			lastSeq, pending = m.seq, m.pending
 			evs, err := eventjson.DecodeBatch(m.data)
 			if err != nil {
-				s.badMessage("decode", fmt.Errorf("message %d: %w", lastSeq, err))
+				reason := "decode"
+				if errors.Is(err, eventjson.ErrOtherTier) {
+					// Well formed, but of a host, disk or shared tier:
+					// told apart from garbage for the operator.
+					reason = "other_tier"
+				}
+				s.badMessage(reason, fmt.Errorf("message %d: %w", lastSeq, err))
 				continue
 			}
 			events = append(events, evs...)

@@ -121,8 +121,20 @@ func TestTwoReplicasIdentical(t *testing.T) {
 	sameAnswers(t, replicas[0].Index(), direct, qs)
 }
 
-// A message that is not events is counted, skipped, and not read again.
+// A message that is not events, or whose event is of another storage tier
+// than the worker's device (Dynamo's host, disk and shared tiers name their
+// blocks by the GPU's hashes), is counted by reason, skipped, and not read
+// again.
 func TestBadMessageSkipped(t *testing.T) {
+	for _, tc := range []struct{ reason, msg string }{
+		{"decode", "garbage"},
+		{"other_tier", `{"worker_id":1,"storage_tier":"host_pinned","event":{"data":{"removed":{"block_hashes":[5]}}}}`},
+	} {
+		t.Run(tc.reason, func(t *testing.T) { badMessageSkipped(t, tc.reason, tc.msg) })
+	}
+}
+
+func badMessageSkipped(t *testing.T, reason, bad string) {
 	url := natstest.Start(t)
 	jsc := jetStream(t, url)
 	ctx := context.Background()
@@ -130,7 +142,7 @@ func TestBadMessageSkipped(t *testing.T) {
 		t.Fatal(err)
 	}
 	good := `{"worker_id":1,"event":{"data":{"stored":{"blocks":[{"block_hash":5,"tokens_hash":5}]}}}}`
-	for _, m := range []string{"garbage", good} {
+	for _, m := range []string{good, bad} {
 		if _, err := jsc.Publish(ctx, testPrefix+".1", []byte(m)); err != nil {
 			t.Fatal(err)
 		}
@@ -139,11 +151,11 @@ func TestBadMessageSkipped(t *testing.T) {
 	st := openStore(t, dir)
 	src := New(Config{URL: url, Stream: testStream}, st)
 	runSource(t, src, 2)
-	if n := src.Status().Errors["decode"]; n != 1 {
-		t.Fatalf("decode errors %d, want 1", n)
+	if n := src.Status().Errors[reason]; n != 1 {
+		t.Fatalf("%s errors %d, want 1 (all: %v)", reason, n, src.Status().Errors)
 	}
 	if got := st.Index().Match([]uint64{5}, nil); len(got) != 1 {
-		t.Fatalf("the good message was not applied: %v", got)
+		t.Fatalf("the good message was not applied, or the bad one was: %v", got)
 	}
 	st.Close()
 	// Restarted, it reads neither message again.
@@ -151,7 +163,7 @@ func TestBadMessageSkipped(t *testing.T) {
 	defer st.Close()
 	src = New(Config{URL: url, Stream: testStream}, st)
 	runSource(t, src, 2)
-	if n := src.Status().Errors["decode"]; n != 0 {
+	if n := src.Status().Errors[reason]; n != 0 {
 		t.Fatalf("the bad message was read again after a restart")
 	}
 	if c := st.Index().Counters(); c.EventsStored != 1 {
