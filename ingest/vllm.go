@@ -84,6 +84,9 @@ type rawEvent struct {
 	// windowStore: a store of a group that named no full-prefix kind and
 	// left blocks out of block_hashes (a window's or Mamba's null blocks).
 	windowStore bool
+	// labelled: SGLang named the KV components the event is about (with
+	// --enable-kv-events-component-types); full: "full" was among them.
+	labelled, full bool
 }
 
 func decodeErr(format string, args ...any) error {
@@ -634,6 +637,7 @@ func (v *VLLMDecoder) event() (ev engine.Event, ok bool, err error) {
 	r.typ, r.hashes, r.hasParent, r.parent, r.tokens, r.blockSize, r.loraName, r.haveTokens, r.offGPU = "", r.hashes[:0], false, 0, nil, 0, "", false, false
 	r.loraID, r.hasLoraID = 0, false
 	r.group, r.hasGroup, r.kind, r.windowStore = 0, false, "", false
+	r.labelled, r.full = false, false
 	c, err := v.d.PeekCode()
 	if err != nil {
 		return ev, false, wrapErr("event", err)
@@ -772,6 +776,14 @@ func (v *VLLMDecoder) field(name string) (err error) {
 					// worker at every salted store. kvidx hashes tokens
 					// without the salt, as it does vLLM's extra_keys.
 					err = v.skip()
+				case isArray(c):
+					// SGLang with --enable-kv-events-component-types
+					// puts the stored block's KV components here
+					// (component_types, labels such as "full", "swa",
+					// "mamba"; sgl-project/sglang's kv-indexer bridge
+					// reads this slot so): it was refused as a LoRA name,
+					// losing the batch and clearing the worker.
+					err = v.components()
 				default:
 					return decodeErr("lora_name: want a string, got code 0x%02x", c)
 				}
@@ -794,10 +806,20 @@ func (v *VLLMDecoder) field(name string) (err error) {
 	case "group_idx":
 		var c byte
 		if c, err = v.d.PeekCode(); err == nil {
-			if isInt(c) {
+			switch {
+			case isInt(c):
 				r.group, err = v.uint(name, math.MaxInt64)
 				r.hasGroup = err == nil
-			} else {
+			case msgpcode.IsString(c) && r.typ == "BlockRemoved":
+				// SGLang's component-aware removal names its KV
+				// component in this slot (BlockRemovedWithComponentType,
+				// python/sglang/srt/mem_cache/events.py): a sliding
+				// window's or Mamba's removal leaves the block's full
+				// attention KV, which the index keeps.
+				var label string
+				label, err = v.str()
+				r.labelled, r.full = true, isFullLabel(label)
+			default:
 				err = v.skip()
 			}
 		}
@@ -807,6 +829,22 @@ func (v *VLLMDecoder) field(name string) (err error) {
 			if msgpcode.IsString(c) {
 				r.kind, err = v.str()
 			} else {
+				err = v.skip()
+			}
+		}
+	case "component_types", "component_type":
+		// SGLang's component labels by name (its map form): a list, or
+		// one label.
+		var c byte
+		if c, err = v.d.PeekCode(); err == nil {
+			switch {
+			case isArray(c):
+				err = v.components()
+			case msgpcode.IsString(c):
+				var label string
+				label, err = v.str()
+				r.labelled, r.full = true, isFullLabel(label)
+			default:
 				err = v.skip()
 			}
 		}
@@ -867,11 +905,47 @@ func partialKind(kind string) bool {
 	return false
 }
 
+// components decodes SGLang's component_types, a list of KV component
+// labels (null elements skipped), into v.ev.
+func (v *VLLMDecoder) components() error {
+	n, err := v.arrayLen()
+	if err != nil {
+		return err
+	}
+	r := &v.ev
+	r.labelled = true
+	for i := range n {
+		c, err := v.d.PeekCode()
+		if err != nil {
+			return err
+		}
+		if !msgpcode.IsString(c) {
+			if err := v.skip(); err != nil {
+				return err
+			}
+			continue
+		}
+		label, err := v.str()
+		if err != nil {
+			return fmt.Errorf("component_types[%d]: %w", i, err)
+		}
+		r.full = r.full || isFullLabel(label)
+	}
+	return nil
+}
+
+// isFullLabel tells whether an SGLang KV component label names full
+// attention, whose blocks hold the whole prefix.
+func isFullLabel(label string) bool { return strings.EqualFold(label, "full") }
+
 // otherGroup tells whether r is a store or removal of a KV-cache group that
 // is not a full-attention one.
 func (r *rawEvent) otherGroup(partial uint64) bool {
 	if r.typ != "BlockStored" && r.typ != "BlockRemoved" {
 		return false
+	}
+	if r.labelled {
+		return !r.full
 	}
 	if r.typ == "BlockStored" {
 		if partialKind(r.kind) || r.windowStore {

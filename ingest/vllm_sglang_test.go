@@ -85,3 +85,56 @@ func TestTokenIDsArrayOtherThanPairRefused(t *testing.T) {
 		t.Fatalf("got %v, want an error naming token_ids[0]", err)
 	}
 }
+
+// SGLang with --enable-kv-events-component-types labels what a store or
+// removal is about: a store carries component_types (a list of "full",
+// "swa", "mamba") where vLLM has lora_name, a removal one label where vLLM
+// has group_idx (sgl-project/sglang python/sglang/srt/mem_cache/events.py,
+// and its kv-indexer bridge's decoder). The full-attention KV is what the
+// index holds: a store or removal that leaves it out is skipped and
+// counted as another group's; the list was refused as a LoRA name before,
+// losing the batch.
+func TestSGLangComponentLabels(t *testing.T) {
+	tok := tokens(4, 1)
+	store := func(m *mp, hash int64, labels ...string) {
+		m.arr(8).str("BlockStored").arr(1).i(hash).null().us(tok...).u(4).null().str("GPU").arr(len(labels))
+		for _, l := range labels {
+			m.str(l)
+		}
+	}
+	remove := func(m *mp, hash int64, label string) {
+		m.arr(4).str("BlockRemoved").arr(1).i(hash).str("GPU").str(label)
+	}
+	m := newMP().arr(3).f(1.7e9).arr(6)
+	store(m, -5, "full", "swa") // indexed
+	store(m, -6, "swa")         // skipped
+	store(m, -7, "mamba")       // skipped
+	remove(m, -5, "swa")        // skipped: the full KV stays
+	remove(m, -5, "mamba")      // skipped
+	remove(m, -5, "full")       // applied
+	m.u(0)
+	b, err := new(VLLMDecoder).Decode(m.bytes(), 7)
+	if err != nil {
+		t.Fatalf("component-labelled batch lost: %v", err)
+	}
+	w := engine.WorkerKey{WorkerID: 7}
+	want := []engine.Event{
+		{Worker: w, Kind: engine.KindStored, Blocks: []engine.Block{{BlockHash: uint64(1<<64 - 5), TokensHash: local(tok, 4, "")[0]}}},
+		{Worker: w, Kind: engine.KindRemoved, BlockHashes: []uint64{1<<64 - 5}},
+	}
+	if !reflect.DeepEqual(b.Events, want) {
+		t.Fatalf("got %+v\nwant %+v", b.Events, want)
+	}
+	if b.OtherGroup != 4 {
+		t.Fatalf("other_group %d, want 4", b.OtherGroup)
+	}
+	// The same by name (a map-form event).
+	mm := newMP().arr(2).f(1.7e9).arr(2)
+	mm.mapl(6).str("type").str("BlockStored").str("block_hashes").arr(1).i(-8).str("token_ids").us(tok...).
+		str("block_size").u(4).str("medium").str("GPU").str("component_types").arr(1).str("swa")
+	mm.mapl(4).str("type").str("BlockRemoved").str("block_hashes").arr(1).i(-5).str("medium").str("GPU").str("component_type").str("full")
+	b, err = new(VLLMDecoder).Decode(mm.bytes(), 7)
+	if err != nil || len(b.Events) != 1 || b.Events[0].Kind != engine.KindRemoved || b.OtherGroup != 1 {
+		t.Fatalf("map form: got %+v (other_group %d), %v; want the full removal alone", b.Events, b.OtherGroup, err)
+	}
+}
