@@ -71,6 +71,8 @@ func TestDecodeEventErrors(t *testing.T) {
 		// Malformed JSON.
 		{"empty", ``, "unexpected end of input"},
 		{"not json", `hello`, `unexpected 'h'`},
+		{"byte order mark", "\xEF\xBB\xBF{\"worker_id\":1,\"event\":{\"data\":\"cleared\"}}", "unexpected byte order mark"},
+		{"non-ASCII byte", "\xC3\xA9", "unexpected byte 0xC3"},
 		{"truncated", `{"worker_id":1,"event":{"data":"cleared"}`, "unexpected end of input"},
 		{"unterminated string", `{"worker_id":1,"event":{"data":"cleared}}`, "unterminated string"},
 		{"bad escape", `{"worker_id":1,"event":{"data":"\q"}}`, `invalid escape '\q'`},

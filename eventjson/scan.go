@@ -32,8 +32,18 @@ func (s *scanner) unexpected(want string) error {
 	if s.pos >= len(s.data) {
 		return s.syntaxError("unexpected end of input, want %s", want)
 	}
-	return s.syntaxError("unexpected %q, want %s", s.data[s.pos], want)
+	b := s.data[s.pos]
+	switch {
+	case string(s.data[s.pos:min(s.pos+len(utf8BOM), len(s.data))]) == utf8BOM:
+		return s.syntaxError("unexpected byte order mark (EF BB BF), want %s", want)
+	case b >= utf8.RuneSelf:
+		// %q of a byte quotes the rune of that number: 0xEF read as 'ï'.
+		return s.syntaxError("unexpected byte 0x%02X, want %s", b, want)
+	}
+	return s.syntaxError("unexpected %q, want %s", b, want)
 }
+
+const utf8BOM = "\xEF\xBB\xBF"
 
 func (s *scanner) skipSpace() {
 	for s.pos < len(s.data) {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -38,7 +39,9 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 func TestSnapshotEveryEvents(t *testing.T) {
-	srv, st := newServerOnFake(Config{SnapshotEveryEvents: 3, SnapshotRetry: 20 * time.Millisecond})
+	var logs logBuffer
+	srv, st := newServerOnFake(Config{SnapshotEveryEvents: 3, SnapshotRetry: 20 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go srv.snaps.loop(ctx)
@@ -63,6 +66,28 @@ func TestSnapshotEveryEvents(t *testing.T) {
 	if _, n := st.counts(); n != 1 {
 		t.Fatalf("%d snapshots, want 1 (pending should be reset)", n)
 	}
+	// The log names what triggered it (it said "periodic").
+	if out := logs.String(); !strings.Contains(out, `msg="snapshot published" trigger=events`) {
+		t.Fatalf("log:\n%s\nwant the snapshot's trigger named events", out)
+	}
+}
+
+// logBuffer collects log output written from several goroutines.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // TestSourceStore: appends through SourceStore (what serve gives its ZMQ and

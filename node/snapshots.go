@@ -69,24 +69,28 @@ func (sn *snapshotter) changed() bool {
 	return applied > last
 }
 
-// due tells whether the periodic loop should take a snapshot now.
-func (sn *snapshotter) due(now time.Time) bool {
+// due tells why the periodic loop should take a snapshot now (the trigger
+// its log lines name), or "" when it should not.
+func (sn *snapshotter) due(now time.Time) (why string) {
 	if !sn.changed() {
-		return false
+		return ""
 	}
 	cfg := &sn.s.cfg
 	if cfg.SnapshotEveryEvents > 0 && sn.pending.Load() >= cfg.SnapshotEveryEvents {
-		return true
+		return "events"
 	}
 	// Appends pause while the disk is nearly full: a snapshot lets the WAL
 	// be truncated and the oldest snapshot go, which may end the pause.
 	if sn.s.lowSpace() {
-		return true
+		return "free space low"
 	}
 	sn.mu.Lock()
 	since := sn.since
 	sn.mu.Unlock()
-	return cfg.SnapshotInterval > 0 && now.Sub(since) >= cfg.SnapshotInterval
+	if cfg.SnapshotInterval > 0 && now.Sub(since) >= cfg.SnapshotInterval {
+		return "periodic"
+	}
+	return ""
 }
 
 // take takes a snapshot now, recording its outcome in the metrics and logs.
@@ -150,12 +154,12 @@ func (sn *snapshotter) loop(ctx context.Context) {
 			retryC = nil
 		}
 		now := time.Now()
-		if now.Before(notBefore) || !sn.due(now) {
+		if now.Before(notBefore) {
 			continue
 		}
-		why := "periodic"
-		if sn.s.lowSpace() {
-			why = "free space low"
+		why := sn.due(now)
+		if why == "" {
+			continue
 		}
 		if _, _, err := sn.take(ctx, why); err != nil {
 			if ctx.Err() != nil {
