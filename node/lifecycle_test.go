@@ -72,6 +72,44 @@ func TestSnapshotEveryEvents(t *testing.T) {
 	}
 }
 
+// The events a restart replayed from the WAL are past the snapshot as much
+// as new ones: they count towards SnapshotEveryEvents (they did not, and a
+// node restarted with many of them waited for that many more).
+func TestReplayedEventsCountTowardsSnapshot(t *testing.T) {
+	for _, tc := range []struct {
+		replayed uint64
+		want     int
+	}{{9, 0}, {10, 1}} {
+		t.Run(fmt.Sprint(tc.replayed), func(t *testing.T) {
+			srv := New(Config{SnapshotEveryEvents: 10, Logger: quietLogger()})
+			st := newFakeStore()
+			ev := []engine.Event{{Worker: engine.WorkerKey{WorkerID: 1}, Kind: engine.KindCleared}}
+			if _, _, err := st.Append(context.Background(), ev, nil); err != nil {
+				t.Fatal(err)
+			}
+			srv.SetStore(replayedStore{st, tc.replayed})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go srv.snaps.loop(ctx)
+			if tc.want > 0 {
+				waitFor(t, "a snapshot for the replayed events", func() bool { _, n := st.counts(); return n == tc.want })
+			}
+			time.Sleep(50 * time.Millisecond)
+			if _, n := st.counts(); n != tc.want {
+				t.Fatalf("%d snapshots after %d replayed events, want %d", n, tc.replayed, tc.want)
+			}
+		})
+	}
+}
+
+// replayedStore is a store that recovery opened, replaying events.
+type replayedStore struct {
+	*fakeStore
+	replayed uint64
+}
+
+func (r replayedStore) Report() recovery.Report { return recovery.Report{ReplayedEvents: r.replayed} }
+
 // logBuffer collects log output written from several goroutines.
 type logBuffer struct {
 	mu  sync.Mutex

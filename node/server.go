@@ -117,6 +117,13 @@ func (s *Server) Metrics() *Metrics { return s.metrics }
 func (s *Server) SetStore(st Store) {
 	s.store.Store(&storeBox{st})
 	s.metrics.setStore(st)
+	if r, ok := st.(recoveryReporter); ok {
+		// The events replayed after the snapshot are in the WAL past it
+		// as much as those appended from now on: they count towards
+		// SnapshotEveryEvents, so that the next restart replays no more
+		// than that.
+		s.snaps.appended(int(r.Report().ReplayedEvents))
+	}
 	for {
 		cur := s.state.Load()
 		if cur.phase == Fenced || s.state.CompareAndSwap(cur, &status{phase: Ready}) {

@@ -34,6 +34,12 @@ type Store interface {
 	WALRange() (first, last uint64, err error)
 }
 
+// recoveryReporter is a Store opened by recovery (recovery.Store is), whose
+// report says what the restart replayed.
+type recoveryReporter interface {
+	Report() recovery.Report
+}
+
 // spaceGuard is a Store that pauses appends while its disk is nearly full
 // (recovery.Store does): the snapshotter then takes a snapshot, whose
 // retention may truncate the WAL, and the metrics and stats report it.

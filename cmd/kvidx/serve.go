@@ -65,8 +65,9 @@ the HTTP API on --listen:
   GET    /metrics              Prometheus metrics
 
 An event request is acknowledged once it is durable under --sync and applied.
-Snapshots are taken every --snapshot-every-events events and every
---snapshot-interval (when something changed), and at shutdown (SIGTERM or
+Snapshots are taken every --snapshot-every-events events (those a restart
+replayed from the WAL count too) and every --snapshot-interval (when
+something changed), and at shutdown (SIGTERM or
 SIGINT, when the index changed since the last one) unless
 --final-snapshot=false. A shutdown waits up to 30 s for
 requests in flight; requests whose bodies have not arrived by then are
