@@ -20,7 +20,9 @@ var (
 // RouterEvent, ai-dynamo/dynamo lib/kv-router/src/protocols.rs): kvidx
 // indexes what a worker holds on its GPU, and such an event names blocks of
 // a host, disk or shared tier under the same block hashes, so applying it
-// would store or remove the worker's GPU blocks (or clear them all).
+// would store or remove the worker's GPU blocks. A clear names no blocks:
+// Dynamo clears the worker's device blocks for one of any storage_tier, so
+// only its residency_domain is checked.
 var ErrOtherTier = errors.New("not the worker's device tier")
 
 // firstTime marks field as seen in an object, or fails if it was already:
@@ -93,7 +95,7 @@ func decodeEvent(s *scanner, ev *engine.Event, blocks *[]engine.Block, hashes *[
 		return err
 	}
 	var haveWorker, haveEvent, haveTier, haveDomain bool
-	var other error
+	var otherTier, otherDomain error
 	for first := true; ; {
 		key, more, err := s.member(&first)
 		if err != nil {
@@ -124,14 +126,14 @@ func decodeEvent(s *scanner, ev *engine.Event, blocks *[]engine.Block, hashes *[
 			if err := firstTime(&haveTier, "storage_tier"); err != nil {
 				return err
 			}
-			if err := otherThan(s, "storage_tier", "device", &other); err != nil {
+			if err := otherThan(s, "storage_tier", "device", &otherTier); err != nil {
 				return inField("storage_tier", err)
 			}
 		case "residency_domain":
 			if err := firstTime(&haveDomain, "residency_domain"); err != nil {
 				return err
 			}
-			if err := otherThan(s, "residency_domain", "worker", &other); err != nil {
+			if err := otherThan(s, "residency_domain", "worker", &otherDomain); err != nil {
 				return inField("residency_domain", err)
 			}
 		default:
@@ -145,16 +147,22 @@ func decodeEvent(s *scanner, ev *engine.Event, blocks *[]engine.Block, hashes *[
 		return inField("worker_id", errMissing)
 	case !haveEvent:
 		return inField("event", errMissing)
-	case other != nil:
-		// Refused whole, after the rest decoded: the caller counts it
-		// like any other undecodable event.
-		return other
+	// Refused whole, after the rest decoded: the caller counts it like
+	// any other undecodable event.
+	case otherDomain != nil:
+		return otherDomain
+	case otherTier != nil && ev.Kind != engine.KindCleared:
+		// A clear names no blocks and so has no tier: Dynamo resets the
+		// worker's residency in every tier, its device blocks too, for
+		// a clear of the worker's domain (or of no domain) whatever its
+		// storage_tier.
+		return otherTier
 	}
 	return nil
 }
 
 // otherThan reads field's string value (null: absent) and, when it is not
-// want, sets *other (if not set yet) to an error naming it.
+// want, sets *other to an error naming it.
 func otherThan(s *scanner, field, want string, other *error) error {
 	if isNull, err := s.null(); err != nil || isNull {
 		return err
@@ -163,7 +171,7 @@ func otherThan(s *scanner, field, want string, other *error) error {
 	if err != nil {
 		return err
 	}
-	if string(v) != want && *other == nil {
+	if string(v) != want {
 		*other = inField(field, fmt.Errorf("%q: %w", clip(v), ErrOtherTier))
 	}
 	return nil

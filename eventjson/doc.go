@@ -22,7 +22,8 @@
 // known, nothing may follow the value) and lenient where it protects
 // compatibility (unknown fields, absent or null optional fields). An event
 // of another storage_tier than "device" or residency_domain than "worker"
-// is refused ([ErrOtherTier]).
+// is refused ([ErrOtherTier]); a clear, which names no blocks, only for its
+// residency_domain.
 //
 // [AppendEvent] writes the canonical one-line form, which [DecodeEvent] reads
 // back to the same [engine.Event]. Queries ([DecodeQuery]) name a prefix by

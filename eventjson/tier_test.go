@@ -3,6 +3,8 @@ package eventjson
 import (
 	"errors"
 	"testing"
+
+	"github.com/kvidx/kvidx/engine"
 )
 
 // NVIDIA Dynamo's RouterEvent carries storage_tier ("device", the default
@@ -33,5 +35,29 @@ func TestLowerTierAndCacheOwnerEventsAreNotDeviceEvents(t *testing.T) {
 		if _, err := DecodeEvent([]byte(line)); err != nil {
 			t.Errorf("%s: %v", line, err)
 		}
+	}
+}
+
+// A clear names no blocks, so it has no tier: Dynamo's RouterEvent resolves
+// a Cleared by its residency_domain alone (reset_scope: absent, all of the
+// worker's residency; "worker", the worker's), and clears the worker's
+// device blocks whatever storage_tier it carries (targets_primary,
+// ai-dynamo/dynamo lib/kv-router/src/protocols.rs). Refused as another
+// tier's, it left the worker's GPU blocks in the index after Dynamo's
+// router had dropped them.
+func TestLowerTierClearOfTheWorkerClearsIt(t *testing.T) {
+	for _, line := range []string{
+		`{"worker_id":7,"storage_tier":"host_pinned","event":{"event_id":1,"dp_rank":2,"data":"cleared"}}`,
+		`{"worker_id":7,"storage_tier":"disk","residency_domain":"worker","event":{"event_id":1,"dp_rank":2,"data":"cleared"}}`,
+	} {
+		ev, err := DecodeEvent([]byte(line))
+		if err != nil || ev.Kind != engine.KindCleared || ev.Worker != (engine.WorkerKey{WorkerID: 7, DPRank: 2}) {
+			t.Errorf("%s: got %+v, %v; want the worker's clear", line, ev, err)
+		}
+	}
+	// A cache owner's clear is still not the worker's.
+	line := `{"worker_id":7,"storage_tier":"host_pinned","residency_domain":"cache_owner","event":{"data":"cleared"}}`
+	if _, err := DecodeEvent([]byte(line)); !errors.Is(err, ErrOtherTier) {
+		t.Errorf("%s: %v; want ErrOtherTier", line, err)
 	}
 }
