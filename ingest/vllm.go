@@ -813,7 +813,8 @@ func (v *VLLMDecoder) field(name string) (err error) {
 			case msgpcode.IsString(c) && r.typ == "BlockRemoved":
 				// SGLang's component-aware removal names its KV
 				// component in this slot (BlockRemovedWithComponentType,
-				// python/sglang/srt/mem_cache/events.py): a sliding
+				// python/sglang/srt/mem_cache/events.py; msgspec lays a
+				// subclass's fields after its base's medium): a sliding
 				// window's or Mamba's removal leaves the block's full
 				// attention KV, which the index keeps.
 				var label string
