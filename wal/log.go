@@ -787,17 +787,24 @@ func (l *Log) LastIndex() (uint64, error) {
 // fenced log refuses (ErrFenced): tidwall/wal keeps a failed write's entry
 // in its memory, and a truncation inside the tail segment rewrites that
 // segment from memory, which would put the failed batch on disk for the
-// next open to replay.
+// next open to replay. A truncation to an entry that a short or missing
+// segment before the last has lost fails with an [EntryError] (ErrCorrupt)
+// and changes nothing.
 func (l *Log) TruncateFront(index uint64) error {
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
 	if err := l.fenced(); err != nil {
 		return fmt.Errorf("truncate front to %d: %w", index, err)
 	}
-	l.readMu.Lock()
-	err := l.tw.TruncateFront(index)
-	l.readMu.Unlock()
-	if err != nil {
+	if err := l.truncateFront(index); err != nil {
+		if errors.Is(err, twal.ErrCorrupt) {
+			// The segment that should hold entry index is short or the
+			// one holding it is missing: damage to name, not a crash of
+			// the process that asked for a routine truncation.
+			seg, off := locate(l.dir, index)
+			return fmt.Errorf("truncate front to %d: %w", index,
+				&EntryError{Dir: l.dir, Segment: seg, Offset: off, Entry: index, Err: fmt.Errorf("%v: %w", err, ErrCorrupt)})
+		}
 		return fmt.Errorf("wal %s: truncate front to %d: %w", l.dir, index, err)
 	}
 	// tidwall/wal may have replaced the tail segment file: until Log's
@@ -817,6 +824,14 @@ func (l *Log) TruncateFront(index uint64) error {
 		return l.setFence(fmt.Errorf("truncate front: %w", err))
 	}
 	return nil
+}
+
+// truncateFront runs tidwall/wal's TruncateFront under guard (it panics
+// as read's Read does, for the same damage). It panics there before it
+// writes or removes anything, so the log on disk and in memory is as it
+// was.
+func (l *Log) truncateFront(index uint64) error {
+	return l.guard(func() error { return l.tw.TruncateFront(index) })
 }
 
 // Sync fsyncs the tail segment, so that every entry written so far is on
@@ -890,19 +905,29 @@ func (l *Log) ReadEntry(index uint64) (Entry, error) {
 	return Entry{Index: index, Events: events, Positions: positions}, nil
 }
 
-// read reads one entry's payload from tidwall/wal, serialised with other
-// reads. tidwall/wal v1.2.1 indexes past the end of a segment when the one
-// after it is missing or the segment is short (a panic, not an error): that
-// is reported as its ErrCorrupt.
+// read reads one entry's payload from tidwall/wal under guard.
 func (l *Log) read(index uint64) (data []byte, err error) {
+	err = l.guard(func() (err error) {
+		data, err = l.tw.Read(index)
+		return err
+	})
+	return data, err
+}
+
+// guard runs fn, a call into tidwall/wal, serialised with reads (its
+// concurrent reads of segments other than the tail can panic). tidwall/wal
+// v1.2.1 also indexes past the end of a segment when the one after it is
+// missing or the segment is short (a panic, not an error): that is
+// reported as its ErrCorrupt.
+func (l *Log) guard(fn func() error) (err error) {
 	l.readMu.Lock()
 	defer l.readMu.Unlock()
 	defer func() {
 		if p := recover(); p != nil {
-			data, err = nil, fmt.Errorf("tidwall/wal panicked: %v: %w", p, twal.ErrCorrupt)
+			err = fmt.Errorf("tidwall/wal panicked: %v: %w", p, twal.ErrCorrupt)
 		}
 	}()
-	return l.tw.Read(index)
+	return fn()
 }
 
 // Stats returns the log's counters.

@@ -1249,3 +1249,60 @@ func mixedLog(t *testing.T, segSize, v1, n int) (string, [][]engine.Event) {
 	}
 	return dir, want
 }
+
+// A segment before the last that is short, or missing, leaves entries
+// tidwall/wal cannot find, and its TruncateFront panics on them. A
+// truncation to one of them (retention after a snapshot) fails naming
+// the segment, changes nothing, and leaves the log usable.
+func TestTruncateFrontIntoMissingEntriesFails(t *testing.T) {
+	for _, damage := range []string{"segment missing", "segment short"} {
+		t.Run(damage, func(t *testing.T) {
+			dir, want := buildLog(t, 40, 300)
+			segs, _ := listSegments(dir)
+			if len(segs) < 4 {
+				t.Fatalf("want 4 segments or more, got %d", len(segs))
+			}
+			var target uint64
+			if damage == "segment missing" {
+				if err := os.Remove(filepath.Join(dir, segs[2].name)); err != nil {
+					t.Fatal(err)
+				}
+				target = segs[2].index + 1
+			} else {
+				path := filepath.Join(dir, segs[1].name)
+				data, _ := os.ReadFile(path)
+				ends := entryEnds(t, data)
+				if err := os.WriteFile(path, data[:ends[1]], 0o640); err != nil {
+					t.Fatal(err)
+				}
+				target = segs[1].index + 3
+			}
+			before := dirFiles(t, dir)
+			l := mustOpen(t, dir, nil)
+			defer l.Close()
+			err := l.TruncateFront(target)
+			var ee *EntryError
+			if !errors.Is(err, ErrCorrupt) || !errors.As(err, &ee) || ee.Entry != target || ee.Segment == "" {
+				t.Fatalf("TruncateFront(%d) = %v, want an EntryError for entry %d naming its segment", target, err, target)
+			}
+			if first, _ := l.FirstIndex(); first != 1 {
+				t.Fatalf("first index %d after the refused truncation, want 1", first)
+			}
+			for name := range before {
+				if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+					t.Fatalf("the refused truncation removed %s", name)
+				}
+			}
+			// Still usable: reads, appends, and a truncation past the damage.
+			if e, err := l.ReadEntry(1); err != nil || !reflect.DeepEqual(e.Events, normalize(want[0])) {
+				t.Fatalf("read entry 1: %v", err)
+			}
+			if _, err := l.Append(context.Background(), []engine.Event{storedEvent(1, 1)}, nil); err != nil {
+				t.Fatalf("append after the refused truncation: %v", err)
+			}
+			if err := l.TruncateFront(segs[3].index); err != nil {
+				t.Fatalf("truncate past the damage: %v", err)
+			}
+		})
+	}
+}
