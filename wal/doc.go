@@ -81,6 +81,11 @@
 // damage, losing what follows, or before it, when a snapshot holds what
 // precedes); they keep a copy of what they remove.
 //
+// A crash during a truncation can leave the file tidwall/wal writes before
+// renaming it .START or .END (<index>.START.TEMP, <index>.END.TEMP): that
+// truncation never took effect and nothing reads the file, so Open deletes
+// it (and logs it) rather than keep up to a segment's bytes for each crash.
+//
 // A log that lost its last segment files reads as a shorter log, so the
 // directory's TAIL file names the newest segment written (rewritten at each
 // rollover, durable before any entry in that segment is acknowledged), and

@@ -305,6 +305,9 @@ func (l *Log) open() error {
 	if err := CheckTail(l.dir); err != nil {
 		return err
 	}
+	if err := removeTruncationTemps(l.dir, l.logger); err != nil {
+		return err
+	}
 	torn, err := repairTail(l.dir, l.logger)
 	if err != nil {
 		return err

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
@@ -474,5 +476,51 @@ func TestCancelledBatchNotReadAfterReturn(t *testing.T) {
 	evs[0].Blocks = nil // the caller reuses its buffer
 	if _, err := l.Append(context.Background(), []engine.Event{storedEvent(3, 1)}, nil); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A SIGKILL during tidwall/wal's TruncateFront (or TruncateBack) can leave
+// the temporary file it writes before renaming it .START (.END): the
+// truncation never took effect, and nothing reads the file. Open removes
+// it, or every such crash would leave up to a segment's bytes behind for
+// good.
+func TestOpenRemovesInterruptedTruncationTemp(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, dir, nil)
+	ctx := context.Background()
+	for i := range 5 {
+		if _, err := l.Append(ctx, []engine.Event{storedEvent(1, uint64(i+1))}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	seg, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("%020d", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	temps := []string{fmt.Sprintf("%020d.START.TEMP", 3), fmt.Sprintf("%020d.END.TEMP", 1)}
+	for _, name := range temps {
+		if err := os.WriteFile(filepath.Join(dir, name), seg[:len(seg)/2], 0o640); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other := filepath.Join(dir, "notes.TEMP") // not tidwall/wal's: left alone
+	if err := os.WriteFile(other, []byte("x"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	l = mustOpen(t, dir, nil)
+	defer l.Close()
+	for _, name := range temps {
+		if _, err := os.Stat(filepath.Join(dir, name)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s still there after Open (stat: %v)", name, err)
+		}
+	}
+	if _, err := os.Stat(other); err != nil {
+		t.Errorf("Open removed a file that is not tidwall/wal's: %v", err)
+	}
+	if es := readAll(t, l, 0); len(es) != 5 || es[0].Index != 1 {
+		t.Fatalf("%d entries from %v after Open, want 5 from 1", len(es), es)
 	}
 }

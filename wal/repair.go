@@ -55,6 +55,40 @@ func listSegments(dir string) ([]segFile, error) {
 	return segs, nil
 }
 
+// isTruncationTemp reports whether name is the temporary file tidwall/wal's
+// TruncateFront or TruncateBack (or startAt) writes before renaming it to
+// its .START or .END name: a 20-digit index, then .START.TEMP or .END.TEMP.
+func isTruncationTemp(name string) bool {
+	rest, ok := strings.CutSuffix(name, ".TEMP")
+	if !ok || len(rest) < 20 || strings.Trim(rest[:20], "0123456789") != "" {
+		return false
+	}
+	return rest[20:] == ".START" || rest[20:] == ".END"
+}
+
+// removeTruncationTemps deletes the temporary files that truncations
+// interrupted by a crash left in dir (see isTruncationTemp). Such a
+// truncation never took effect (the rename that does comes after the file
+// is whole), and nothing reads the file: left, each crash would keep up to
+// a segment's bytes for good. Call it with the directory locked.
+func removeTruncationTemps(dir string, logger *slog.Logger) error {
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("wal %s: %w", dir, err)
+	}
+	for _, de := range des {
+		if de.IsDir() || !isTruncationTemp(de.Name()) {
+			continue
+		}
+		path := filepath.Join(dir, de.Name())
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("wal %s: %w", dir, err)
+		}
+		logger.Info("wal: removed the temporary file of an interrupted truncation", "dir", dir, "path", path)
+	}
+	return nil
+}
+
 // lastSegment returns the file tidwall/wal will open as its tail once it has
 // finished an interrupted truncation: the first .END file if any (everything
 // after it is deleted), else the last file by name (possibly a .START file,
