@@ -367,12 +367,16 @@ func (s *ZMQSource) setConnected(c bool) {
 
 // fail counts and (rate-limited) logs an error.
 func (s *ZMQSource) fail(reason string, err error) {
+	if err != nil && strings.Contains(err.Error(), guardedScheme) {
+		// The transport wrapper's scheme is the source's business, not
+		// the operator's: name the endpoint as given, in /readyz and in
+		// the log.
+		err = errors.New(strings.ReplaceAll(err.Error(), guardedScheme, ""))
+	}
 	s.mu.Lock()
 	s.stats.Errors[reason]++
 	if (reason == ReasonConnect || reason == ReasonDisconnect) && err != nil {
-		// The transport wrapper's scheme is the source's business, not
-		// the operator's: name the endpoint as given.
-		s.stats.LastConnError = strings.ReplaceAll(err.Error(), guardedScheme, "")
+		s.stats.LastConnError = err.Error()
 	}
 	s.mu.Unlock()
 	if s.opts.OnError != nil {

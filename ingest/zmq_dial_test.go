@@ -1,11 +1,14 @@
 package ingest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -153,5 +156,47 @@ func TestZMQReplayHandshakeTimeout(t *testing.T) {
 	publishUntilApplied(t, e, st, 0)
 	if s := src.Stats(); s.Errors[ReasonReplay] == 0 {
 		t.Fatalf("stats %+v: want the replay failure counted", s)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a logger's writes and a test's reads.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// A failed dial is logged naming the endpoint as the operator gave it, as
+// /readyz does, never the source's internal transport scheme.
+func TestZMQConnectErrorLogNamesEndpointAsGiven(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	endpoint := "tcp://" + ln.Addr().String()
+	ln.Close() // nothing listens there now: every dial is refused
+	var logs lockedBuffer
+	opts := testOptions()
+	opts.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	src := NewZMQSource(ZMQSpec{Endpoint: endpoint, WorkerID: 1}, &fakeStore{}, opts)
+	stop := runUntilCancelled(t, t.Context(), src)
+	waitFor(t, "a connect error logged", func() bool { return strings.Contains(logs.String(), "reason=connect") })
+	stop()
+	if out := logs.String(); strings.Contains(out, guardedScheme) || !strings.Contains(out, endpoint) {
+		t.Fatalf("log names the transport %q, or not the endpoint %s:\n%s", guardedScheme, endpoint, out)
+	}
+	if e := src.Stats().LastConnError; strings.Contains(e, guardedScheme) {
+		t.Fatalf("LastConnError %q names the transport", e)
 	}
 }

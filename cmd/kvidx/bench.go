@@ -152,7 +152,7 @@ func loadTrace(path string) (*workload.Trace, error) {
 	return tr, nil
 }
 
-// runProgress prints a run's progress (bench, loadgen): rewriting one line
+// runProgress prints a run's progress (bench, loadgen, publish): rewriting one line
 // on a terminal, one line per update otherwise.
 type runProgress struct {
 	name    string // the command, first on the line

@@ -176,3 +176,22 @@ func TestPublishSubjectPrefix(t *testing.T) {
 		t.Errorf("a stream of star.*: %v", err)
 	}
 }
+
+// publish, a run as long as bench's, reports its progress on stderr with
+// --progress (as on a terminal): the requests generated of the workload's
+// total, ending at all of them; without it, when stderr is not a terminal,
+// nothing.
+func TestPublishReportsProgress(t *testing.T) {
+	url := natstest.Start(t)
+	out, stderr, err := runKvidx(t, "", "publish", "--nats-url", url, "--workers", "2", "--capacity", "16", "--progress")
+	if err != nil || !strings.Contains(out, "published") {
+		t.Fatalf("publish --progress: %v %s", err, out)
+	}
+	if !strings.Contains(stderr, "publish: 3993/3993 requests (100%)") {
+		t.Fatalf("publish --progress: stderr %q, want the last progress line", stderr)
+	}
+	_, stderr, err = runKvidx(t, "", "publish", "--nats-url", url, "--workers", "2", "--capacity", "16", "--nats-stream", "OTHER", "--subject-prefix", "other")
+	if err != nil || stderr != "" {
+		t.Fatalf("publish: %v, stderr %q, want none", err, stderr)
+	}
+}

@@ -12,6 +12,7 @@ import (
 func newPublishCmd() *cobra.Command {
 	var (
 		url, stream, prefix, tracePath string
+		progress                       bool
 		cfg                            = workload.Config{Workers: 128, Capacity: 8192, Duplicate: 1}
 	)
 	cmd := &cobra.Command{
@@ -19,7 +20,8 @@ func newPublishCmd() *cobra.Command {
 		Short: "Feed a NATS JetStream stream with the Mooncake workload's events",
 		Long: `Publish generates the Mooncake workload (as kvidx bench does) and publishes each
 request's events as one NDJSON message on subject <prefix>.<worker id> of
---nats-stream, creating the stream if needed. Router replicas started with
+--nats-stream, creating the stream if needed, showing its progress on stderr
+when it is a terminal (or with --progress). Router replicas started with
 kvidx serve --nats-url consume it and answer identically.`,
 		Example: `  kvidx publish --nats-url nats://127.0.0.1:4222
   kvidx serve --data-dir /tmp/a --listen 127.0.0.1:8585 --nats-url nats://127.0.0.1:4222 &
@@ -45,7 +47,16 @@ kvidx serve --nats-url consume it and answer identically.`,
 			if err != nil {
 				return fmt.Errorf("publish: %w", err)
 			}
-			rep, err := jetstream.Publish(cmd.Context(), url, stream, prefix, tr, cfg)
+			stderr := cmd.ErrOrStderr()
+			tty := isTerminal(stderr)
+			var pr *runProgress
+			var pf workload.ProgressFunc
+			if tty || progress {
+				pr = &runProgress{name: "publish", w: stderr, tty: tty}
+				pf = pr.print
+			}
+			rep, err := jetstream.Publish(cmd.Context(), url, stream, prefix, tr, cfg, pf)
+			pr.done()
 			if err != nil {
 				return fmt.Errorf("publish: %w", err)
 			}
@@ -62,5 +73,6 @@ kvidx serve --nats-url consume it and answer identically.`,
 	f.IntVar(&cfg.Workers, "workers", cfg.Workers, "simulated workers")
 	f.IntVar(&cfg.Capacity, "capacity", cfg.Capacity, "blocks each worker caches")
 	f.IntVar(&cfg.Duplicate, "duplicate", cfg.Duplicate, "copies of each trace record")
+	f.BoolVar(&progress, "progress", false, "print progress on stderr even when it is not a terminal")
 	return cmd
 }

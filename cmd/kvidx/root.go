@@ -48,6 +48,14 @@ removed, cleared; workers gone) into an index that scores prefixes exactly.`,
 		return nil
 	}
 	root.AddCommand(newVersionCmd(), newReplayCmd(), newBenchCmd(), newWALCmd(), newLoadgenCmd(), newServeCmd(), newInspectCmd(), newRecoverCmd(), newPublishCmd())
+	// cobra adds its completion command when the tree runs; added now, it
+	// refuses an unknown shell ("kvidx completion bsh") like the other groups.
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		if c.Name() == "completion" {
+			commandGroup(c)
+		}
+	}
 	// Not a post-run hook: cobra skips those after an error.
 	finish := func() {
 		if stopProfile != nil {

@@ -382,3 +382,18 @@ func TestServeRefusesReservationBeyondMemory(t *testing.T) {
 		t.Fatalf("serve with a reservation beyond memory: %v", err)
 	}
 }
+
+// cobra's own completion command is a command group too: an unknown shell
+// ("kvidx completion bsh") is an error with a non-zero exit, not its help
+// page and exit 0; bare, it prints its help. (Its scripts go to the process's
+// stdout, which cobra takes when the command is made, before runKvidx
+// redirects the tree's output, so they are not run here.)
+func TestCompletionRefusesUnknownShell(t *testing.T) {
+	if _, _, err := runKvidx(t, "", "completion", "bsh"); err == nil || !strings.Contains(err.Error(), `unknown command "bsh"`) {
+		t.Errorf("kvidx completion bsh: err = %v, want an unknown command", err)
+	}
+	stdout, _, err := runKvidx(t, "", "completion")
+	if err != nil || !strings.Contains(stdout, "bash") {
+		t.Errorf("kvidx completion: err = %v, stdout %q, want its help", err, stdout)
+	}
+}

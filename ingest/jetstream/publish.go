@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	js "github.com/nats-io/nats.go/jetstream"
@@ -40,8 +41,10 @@ type PublishReport struct {
 // Publish feeds the stream from the Mooncake workload: one message per
 // request, holding the events its worker emitted as NDJSON, on subject
 // "<subjectPrefix>.<worker id>". It creates the stream (subjects
-// "<subjectPrefix>.>") if missing.
-func Publish(ctx context.Context, url, stream, subjectPrefix string, tr *workload.Trace, cfg workload.Config) (PublishReport, error) {
+// "<subjectPrefix>.>") if missing. progress, if not nil, receives the
+// requests generated of the workload's total at most every
+// publishProgressEvery, and once at the end.
+func Publish(ctx context.Context, url, stream, subjectPrefix string, tr *workload.Trace, cfg workload.Config, progress workload.ProgressFunc) (PublishReport, error) {
 	var rep PublishReport
 	nc, err := nats.Connect(url, nats.Name("kvidx publish"))
 	if err != nil {
@@ -65,7 +68,16 @@ func Publish(ctx context.Context, url, stream, subjectPrefix string, tr *workloa
 			stream, strings.Join(subs, ", "), subjectPrefix)
 	}
 	var buf []byte
+	start, lastProgress := time.Now(), time.Now()
+	total, done := workload.NumRequests(tr, cfg.Duplicate), 0
 	err = workload.Generate(ctx, tr, cfg, func(req workload.Request, events []engine.Event) error {
+		done++
+		if progress != nil && done&63 == 0 {
+			if now := time.Now(); now.Sub(lastProgress) >= publishProgressEvery {
+				lastProgress = now
+				progress(done, total, now.Sub(start))
+			}
+		}
 		if len(events) == 0 {
 			return nil
 		}
@@ -84,5 +96,11 @@ func Publish(ctx context.Context, url, stream, subjectPrefix string, tr *workloa
 		rep.LastSeq = ack.Sequence
 		return nil
 	})
+	if progress != nil && err == nil {
+		progress(done, total, time.Since(start))
+	}
 	return rep, err
 }
+
+// publishProgressEvery is how often Publish reports its progress.
+var publishProgressEvery = time.Second

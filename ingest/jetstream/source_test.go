@@ -101,7 +101,7 @@ func sameAnswers(t *testing.T, a, b *engine.Index, qs [][]uint64) {
 func TestTwoReplicasIdentical(t *testing.T) {
 	url := natstest.Start(t)
 	tr := testTrace(t)
-	rep, err := Publish(context.Background(), url, testStream, testPrefix, tr, testCfg)
+	rep, err := Publish(context.Background(), url, testStream, testPrefix, tr, testCfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +176,7 @@ func badMessageSkipped(t *testing.T, reason, bad string) {
 func TestGap(t *testing.T) {
 	url := natstest.Start(t)
 	tr := testTrace(t)
-	rep, err := Publish(context.Background(), url, testStream, testPrefix, tr, testCfg)
+	rep, err := Publish(context.Background(), url, testStream, testPrefix, tr, testCfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +211,7 @@ func TestKilledReplicaConverges(t *testing.T) {
 	}
 	url := natstest.Start(t)
 	tr := testTrace(t)
-	rep, err := Publish(context.Background(), url, testStream, testPrefix, tr, testCfg)
+	rep, err := Publish(context.Background(), url, testStream, testPrefix, tr, testCfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
