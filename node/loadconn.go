@@ -42,7 +42,11 @@ func loadTarget(target string) (addr, host string, err error) {
 	if err != nil {
 		return "", "", fmt.Errorf("target %q: %w", target, err)
 	}
-	if u.Scheme != "http" {
+	switch u.Scheme {
+	case "http":
+	case "":
+		return "", "", fmt.Errorf("target %q: not a URL: give the server's base URL, http://host:port", target)
+	default:
 		return "", "", fmt.Errorf("target %q: loadgen speaks plain HTTP (http://host:port), not %q", target, u.Scheme)
 	}
 	if u.Path != "" && u.Path != "/" {

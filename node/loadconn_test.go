@@ -21,6 +21,7 @@ func TestLoadTarget(t *testing.T) {
 		{target: "https://127.0.0.1:8585", err: "plain HTTP"},
 		{target: "http://127.0.0.1:8585/v1", err: "without a path"},
 		{target: "127.0.0.1:8585", err: "target"},
+		{target: "notaurl", err: "not a URL"},
 	}
 	for _, tt := range tests {
 		addr, host, err := loadTarget(tt.target)

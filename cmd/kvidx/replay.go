@@ -142,7 +142,17 @@ func openInput(cmd *cobra.Command, name string) (io.ReadCloser, error) {
 	if name == "-" {
 		return io.NopCloser(cmd.InOrStdin()), nil
 	}
-	return os.Open(name)
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	// A directory opens, and fails only at its first read ("after line
+	// 0: ... is a directory"): say so at once.
+	if fi, err := f.Stat(); err == nil && fi.IsDir() {
+		f.Close()
+		return nil, fmt.Errorf("%s: is a directory, want a file (or - for stdin)", name)
+	}
+	return f, nil
 }
 
 // applyEvents applies every line of r to ix. It returns how many lines did not

@@ -184,6 +184,8 @@ func TestReplayUsageErrors(t *testing.T) {
 		{"missing events file", []string{"replay", "--events", fixture("nope.ndjson")}, "nope.ndjson"},
 		{"missing queries file", []string{"replay", "--events", fixture("events.ndjson"), "--queries", fixture("nope.ndjson")}, "nope.ndjson"},
 		{"positional", []string{"replay", "--events", fixture("events.ndjson"), "extra"}, "unknown command"},
+		{"events a directory", []string{"replay", "--events", fixture("")}, "is a directory, want a file"},
+		{"queries a directory", []string{"replay", "--events", fixture("events.ndjson"), "--queries", fixture("")}, "is a directory, want a file"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
