@@ -39,6 +39,11 @@ func ParseZMQSpec(s string) (ZMQSpec, error) {
 		k, val, ok := strings.Cut(opt, "=")
 		switch {
 		case ok && k == "replay":
+			if sp.Replay != "" {
+				// The last one used to win without a word: which one
+				// the operator meant is unknown.
+				return sp, fmt.Errorf("zmq source %q: replay given twice (%s and %s)", s, sp.Replay, val)
+			}
 			if err := checkEndpoint(val); err != nil {
 				return sp, fmt.Errorf("zmq source %q: replay: %w", s, err)
 			}
@@ -62,6 +67,11 @@ func checkEndpoint(ep string) error {
 		host, port, err := net.SplitHostPort(addr)
 		if err != nil || host == "" {
 			return fmt.Errorf("endpoint %q: want tcp://HOST:PORT", ep)
+		}
+		if host == "*" {
+			// vLLM's config names its bind address, tcp://*:5557: zmq4
+			// dials "*" as 0.0.0.0, this host, where libzmq refuses it.
+			return fmt.Errorf("endpoint %q: * is a bind address (the engine's side); want the engine's host, e.g. tcp://10.0.0.5:%s", ep, port)
 		}
 		if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
 			return fmt.Errorf("endpoint %q: port %q: want a number from 1 to 65535", ep, port)

@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/kvidx/kvidx/recovery"
@@ -34,5 +35,27 @@ func TestParseZMQSpec(t *testing.T) {
 		if _, err := ParseZMQSpec(in); err == nil {
 			t.Errorf("%q: want an error", in)
 		}
+	}
+}
+
+// vLLM's KV-event config names its publisher's bind address, tcp://*:5557;
+// copied into --zmq, zmq4 dialled it as 0.0.0.0 (whatever listens on
+// kvidx's own host, or nothing, retried for ever), where libzmq refuses a
+// connect to "*". It is refused at once, naming the cause.
+func TestParseZMQSpecRefusesWildcardHost(t *testing.T) {
+	for _, in := range []string{"tcp://*:5557=7", "tcp://10.0.0.5:5557=7,replay=tcp://*:5558"} {
+		_, err := ParseZMQSpec(in)
+		if err == nil || !strings.Contains(err.Error(), "bind address") {
+			t.Errorf("%q: got %v, want an error saying * is a bind address", in, err)
+		}
+	}
+}
+
+// A second replay= option replaced the first without a word: which of the
+// two endpoints the operator meant is unknown, so the value is refused.
+func TestParseZMQSpecRefusesRepeatedReplay(t *testing.T) {
+	in := "tcp://h:5557=7,replay=tcp://h:5558,replay=tcp://h:5559"
+	if sp, err := ParseZMQSpec(in); err == nil || !strings.Contains(err.Error(), "replay") {
+		t.Errorf("%q: got %+v, %v; want an error naming the repeated replay option", in, sp, err)
 	}
 }

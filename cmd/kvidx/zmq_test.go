@@ -73,3 +73,26 @@ func TestServeZMQBadEndpoint(t *testing.T) {
 		}
 	}
 }
+
+// vLLM's config names its publisher's bind address (tcp://*:5557), and a
+// --zmq value may name replay= twice: both are refused at startup, where
+// they served, dialling kvidx's own host or the last replay endpoint given.
+// Bounded by a deadline: a value accepted would serve until it ends.
+func TestServeZMQRefusesBindAddressAndRepeatedReplay(t *testing.T) {
+	for _, tc := range []struct{ flag, want string }{
+		{"tcp://*:5557=1", "* is a bind address"},
+		{"tcp://127.0.0.1:5557=1,replay=tcp://*:5558", "* is a bind address"},
+		{"tcp://127.0.0.1:5557=1,replay=tcp://127.0.0.1:5558,replay=tcp://127.0.0.1:5559", "replay given twice"},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		cmd := newRootCmd()
+		cmd.SetArgs([]string{"serve", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--zmq", tc.flag})
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		err := cmd.ExecuteContext(ctx)
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), "--zmq") || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("--zmq %s: got %v; want an error naming --zmq and %q", tc.flag, err, tc.want)
+		}
+	}
+}
