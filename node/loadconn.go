@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -38,16 +39,20 @@ type loadConn struct {
 // loadTarget checks a base URL ("http://host:port") and returns the address
 // to dial and the Host header.
 func loadTarget(target string) (addr, host string, err error) {
+	if !strings.Contains(target, "://") {
+		// host:port parses as a scheme and an opaque part (or not at
+		// all): say what is wrong, not what the parser made of it.
+		return "", "", fmt.Errorf("target %q: not a URL: give the server's base URL, http://host:port", target)
+	}
 	u, err := url.Parse(target)
 	if err != nil {
 		return "", "", fmt.Errorf("target %q: %w", target, err)
 	}
-	switch u.Scheme {
-	case "http":
-	case "":
-		return "", "", fmt.Errorf("target %q: not a URL: give the server's base URL, http://host:port", target)
-	default:
+	if u.Scheme != "http" {
 		return "", "", fmt.Errorf("target %q: loadgen speaks plain HTTP (http://host:port), not %q", target, u.Scheme)
+	}
+	if u.Host == "" {
+		return "", "", fmt.Errorf("target %q: no host: give the server's base URL, http://host:port", target)
 	}
 	if u.Path != "" && u.Path != "/" {
 		return "", "", fmt.Errorf("target %q: give the server's base URL, without a path", target)

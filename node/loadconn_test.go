@@ -92,3 +92,20 @@ func TestLoadConn(t *testing.T) {
 		t.Fatalf("%d connections, want 2 (one redial after Connection: close)", conns.Load())
 	}
 }
+
+// A target given as host:port, the commonest one that is not a URL, says
+// so (not that loadgen does not speak the scheme "localhost", nor a URL
+// parser's complaint about a colon); a URL without a host is refused, not
+// dialled at port 80 of this host.
+func TestLoadTargetHostPortIsNotAURL(t *testing.T) {
+	for _, target := range []string{"localhost:8585", "127.0.0.1:8585", "[::1]:8585"} {
+		if _, _, err := loadTarget(target); err == nil || !strings.Contains(err.Error(), "not a URL") {
+			t.Errorf("%q: error %v, want one saying it is not a URL", target, err)
+		}
+	}
+	for _, target := range []string{"http://", "http:///"} {
+		if addr, _, err := loadTarget(target); err == nil || !strings.Contains(err.Error(), "no host") {
+			t.Errorf("%q: addr %q, error %v, want one saying it names no host", target, addr, err)
+		}
+	}
+}

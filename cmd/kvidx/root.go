@@ -50,7 +50,11 @@ removed, cleared; workers gone) into an index that scores prefixes exactly.`,
 	root.AddCommand(newVersionCmd(), newReplayCmd(), newBenchCmd(), newWALCmd(), newLoadgenCmd(), newServeCmd(), newInspectCmd(), newRecoverCmd(), newPublishCmd())
 	// cobra adds its completion command when the tree runs; added now, it
 	// refuses an unknown shell ("kvidx completion bsh") like the other groups.
+	// Its scripts go to the output cobra finds when it is made: one that
+	// follows the tree's, so that a SetOut made later applies to them too.
+	root.SetOut(treeOutput{root})
 	root.InitDefaultCompletionCmd()
+	root.SetOut(nil)
 	for _, c := range root.Commands() {
 		if c.Name() == "completion" {
 			commandGroup(c)
@@ -65,6 +69,12 @@ removed, cleared; workers gone) into an index that scores prefixes exactly.`,
 	}
 	return root, finish
 }
+
+// treeOutput writes to the command tree's output as it is when written to
+// (SetOut's writer, or stdout).
+type treeOutput struct{ root *cobra.Command }
+
+func (o treeOutput) Write(p []byte) (int, error) { return o.root.OutOrStdout().Write(p) }
 
 // commandGroup makes cmd, a command that only holds subcommands, refuse an
 // unknown one ("kvidx inspect summ") with an error and a non-zero exit:

@@ -385,9 +385,7 @@ func TestServeRefusesReservationBeyondMemory(t *testing.T) {
 
 // cobra's own completion command is a command group too: an unknown shell
 // ("kvidx completion bsh") is an error with a non-zero exit, not its help
-// page and exit 0; bare, it prints its help. (Its scripts go to the process's
-// stdout, which cobra takes when the command is made, before runKvidx
-// redirects the tree's output, so they are not run here.)
+// page and exit 0; bare, it prints its help.
 func TestCompletionRefusesUnknownShell(t *testing.T) {
 	if _, _, err := runKvidx(t, "", "completion", "bsh"); err == nil || !strings.Contains(err.Error(), `unknown command "bsh"`) {
 		t.Errorf("kvidx completion bsh: err = %v, want an unknown command", err)
@@ -395,5 +393,22 @@ func TestCompletionRefusesUnknownShell(t *testing.T) {
 	stdout, _, err := runKvidx(t, "", "completion")
 	if err != nil || !strings.Contains(stdout, "bash") {
 		t.Errorf("kvidx completion: err = %v, stdout %q, want its help", err, stdout)
+	}
+}
+
+// kvidx completion SHELL writes its script to the command's output, as
+// every other command does: a tree whose output is redirected (SetOut)
+// gets the script there, not on the process's stdout.
+func TestCompletionScriptGoesToCommandOutput(t *testing.T) {
+	for shell, want := range map[string]string{
+		"bash":       "bash completion V2 for kvidx",
+		"zsh":        "#compdef kvidx",
+		"fish":       "fish completion for kvidx",
+		"powershell": "powershell completion for kvidx",
+	} {
+		stdout, _, err := runKvidx(t, "", "completion", shell)
+		if err != nil || !strings.Contains(stdout, want) {
+			t.Errorf("kvidx completion %s: err = %v, stdout %d bytes, want the script (%q)", shell, err, len(stdout), want)
+		}
 	}
 }
