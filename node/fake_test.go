@@ -27,6 +27,7 @@ type fakeStore struct {
 
 	overloaded atomic.Bool
 	lowSpace   atomic.Bool   // appends pause as recovery.Store's do on a nearly full disk
+	pausedFree atomic.Int64  // free bytes FreeSpace reports while paused (0: 1 MiB)
 	failFence  atomic.Bool   // the next Append fails and fences
 	hold       chan struct{} // when set, Append waits for it to be closed
 	snapErr    atomic.Value  // error (wrapped in errBox) or nil
@@ -107,6 +108,9 @@ func (f *fakeStore) LowSpace() bool { return f.lowSpace.Load() }
 
 func (f *fakeStore) FreeSpace() (free, floor int64, checked bool) {
 	if f.lowSpace.Load() {
+		if free := f.pausedFree.Load(); free > 0 {
+			return free, 9 << 20, true
+		}
 		return 1 << 20, 9 << 20, true
 	}
 	return 100 << 20, 9 << 20, true

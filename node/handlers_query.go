@@ -135,7 +135,13 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 			if g, ok := s.currentStore().(spaceGuard); ok {
 				free, floor, _ = g.FreeSpace()
 			}
-			status, reason = "ingest_paused", fmt.Sprintf("ingest paused: %.1f MiB free on the WAL's filesystem, below the %.1f MiB kept for the next snapshot and the WAL", float64(free)/(1<<20), float64(floor)/(1<<20))
+			where := "below"
+			if free >= floor {
+				// A pause ends only with a WAL allowance free above the
+				// floor (or a batch did not fit in what was left above).
+				where = "too little above"
+			}
+			status, reason = "ingest_paused", fmt.Sprintf("ingest paused: %.1f MiB free on the WAL's filesystem, %s the %.1f MiB kept for the next snapshot and the WAL", float64(free)/(1<<20), where, float64(floor)/(1<<20))
 		default:
 			writeJSON(w, http.StatusOK, []byte(`{"status":"ready"}`+"\n"))
 			return

@@ -585,3 +585,46 @@ func TestFinalSnapshotWithoutRoomIsClean(t *testing.T) {
 		}
 	}
 }
+
+// A pause for free space that no refused append reveals (the disk filled
+// while the node was idle, or it started on a nearly full disk after a
+// replay, and /readyz says ingest_paused, so a readiness-gated client sends
+// nothing) still gets the snapshot that may end it, with periodic
+// snapshots off (found on a small tmpfs: the node stayed paused and took
+// no snapshot until an event was posted).
+func TestIdlePauseTakesSnapshotWithoutAppends(t *testing.T) {
+	srv, st := newServerOnFake(Config{SnapshotRetry: 20 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go srv.snaps.loop(ctx)
+	e := &testEnv{srv: srv, store: st, url: serveFront(t, srv)}
+
+	e.do(t, "POST", "/v1/events", stored(0, 1, "null", 1)).want(t, 200)
+	st.lowSpace.Store(true)
+	waitFor(t, "a snapshot while appends pause and nothing is posted", func() bool { _, n := st.counts(); return n == 1 })
+	time.Sleep(3 * lowSpacePoll)
+	if _, n := st.counts(); n != 1 {
+		t.Fatalf("%d snapshots while paused with nothing new, want 1", n)
+	}
+}
+
+// A pause lasts until a WAL allowance is free above the floor, so that it
+// does not flap near it: /readyz meanwhile must not say the free space is
+// below a floor it is above (found on a small tmpfs: "12.5 MiB free ...,
+// below the 11.4 MiB kept").
+func TestReadyzPausedAboveTheFloorSaysSo(t *testing.T) {
+	srv, st := newServerOnFake(Config{})
+	e := &testEnv{srv: srv, store: st, url: serveFront(t, srv)}
+	st.lowSpace.Store(true)
+	st.pausedFree.Store(10 << 20)
+	var ready struct{ Status, Error string }
+	e.do(t, "GET", "/readyz", "").want(t, 503).decode(t, &ready)
+	if ready.Status != "ingest_paused" || strings.Contains(ready.Error, "below") || !strings.Contains(ready.Error, "above the 9.0 MiB") {
+		t.Fatalf("readyz paused with 10 MiB free above a 9 MiB floor: %+v", ready)
+	}
+	st.pausedFree.Store(0)
+	e.do(t, "GET", "/readyz", "").want(t, 503).decode(t, &ready)
+	if !strings.Contains(ready.Error, "below the 9.0 MiB") {
+		t.Fatalf("readyz paused with 1 MiB free below a 9 MiB floor: %+v", ready)
+	}
+}

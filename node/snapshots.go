@@ -130,6 +130,10 @@ func (sn *snapshotter) take(ctx context.Context, why string) (path string, index
 	return path, index, nil
 }
 
+// lowSpacePoll is how often the loop looks for a pause for free space that
+// no refused append reported (see loop): a statfs at most.
+const lowSpacePoll = time.Second
+
 // loop takes periodic snapshots until ctx is cancelled: when
 // SnapshotEveryEvents events were appended since the last one, or
 // SnapshotInterval passed since it, provided the index changed. A failure
@@ -142,6 +146,13 @@ func (sn *snapshotter) loop(ctx context.Context) {
 		defer t.Stop()
 		tickC = t.C
 	}
+	// A refused append pokes the loop when appends pause, but a pause may
+	// come with none: the disk filled while the node was idle, or it
+	// started on a nearly full disk, and /readyz then turns clients away.
+	// The snapshot that may end it must not wait for one (found on a small
+	// tmpfs: with --snapshot-interval 0 none was ever taken).
+	lowC := time.NewTicker(lowSpacePoll)
+	defer lowC.Stop()
 	var notBefore time.Time
 	var retryC <-chan time.Time
 	for {
@@ -150,6 +161,10 @@ func (sn *snapshotter) loop(ctx context.Context) {
 			return
 		case <-sn.trigger:
 		case <-tickC:
+		case <-lowC.C:
+			if !sn.s.lowSpace() {
+				continue
+			}
 		case <-retryC:
 			retryC = nil
 		}

@@ -245,8 +245,10 @@ func (s *Store) appendRoom(cost int64) (done func(), err error) {
 			if cost <= s.walAllowance() {
 				s.pauseForBatch(cost)
 			}
-			return nil, fmt.Errorf("data dir %s: %.1f MiB free on the WAL's filesystem, and appends stop at %.1f MiB, kept for the next snapshot and the WAL's next entries; free some space (a snapshot, when the index changed, may let the WAL be truncated): %w",
-				s.dir, mib(g.free.Load()), mib(g.floor.Load()), ErrLowSpace)
+			// The figure where a pause ends too: between it and the
+			// floor, "stop at" alone reads as a contradiction.
+			return nil, fmt.Errorf("data dir %s: %.1f MiB free on the WAL's filesystem, and appends stop at %.1f MiB, kept for the next snapshot and the WAL's next entries, and once paused resume at %.1f MiB; free some space (a snapshot, when the index changed, may let the WAL be truncated): %w",
+				s.dir, mib(g.free.Load()), mib(g.floor.Load()), mib(g.floor.Load()+s.walAllowance()), ErrLowSpace)
 		}
 	}
 	return func() { g.inflight.Add(-cost) }, nil

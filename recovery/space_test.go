@@ -3,6 +3,7 @@ package recovery
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"path/filepath"
 	"strings"
@@ -370,5 +371,34 @@ func TestLargeBatchRefusedAlone(t *testing.T) {
 			t.Fatalf("refusal %d of a large batch paused appends", i+1)
 		}
 		mustAppend(t, s, storedChain(uint64(200+i), 50_000+i*10, 1))
+	}
+}
+
+// A paused store resumes only with a WAL allowance free above the floor:
+// a refusal while the free space is between the two says where appends
+// resume, not only where they stop (found on a small tmpfs: "12.5 MiB
+// free ..., and appends stop at 11.4 MiB" read as a contradiction).
+func TestRefusalAboveTheFloorNamesWhereAppendsResume(t *testing.T) {
+	ctx := context.Background()
+	s := mustOpen(t, t.TempDir(), testOptions())
+	defer s.Close()
+	var free atomic.Int64
+	free.Store(1 << 40)
+	s.freeSpace = func(string) (int64, error) { return free.Load(), nil }
+	s.space.every = 0
+	mustAppend(t, s, genBatch(3, 1))
+	_, floor, _ := s.FreeSpace()
+	free.Store(floor - 1)
+	if _, _, err := s.Append(ctx, genBatch(3, 2), nil); !errors.Is(err, ErrLowSpace) {
+		t.Fatalf("append below the floor: %v, want ErrLowSpace", err)
+	}
+	_, floor, _ = s.FreeSpace()
+	free.Store(floor + s.walAllowance()/2)
+	_, _, err := s.Append(ctx, genBatch(3, 2), nil)
+	if !errors.Is(err, ErrLowSpace) {
+		t.Fatalf("append above the floor, less than an allowance over it, while paused: %v, want ErrLowSpace", err)
+	}
+	if want := fmt.Sprintf("resume at %.1f MiB", mib(floor+s.walAllowance())); !strings.Contains(err.Error(), want) {
+		t.Fatalf("refusal %q does not say %q", err, want)
 	}
 }
