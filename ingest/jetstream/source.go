@@ -242,6 +242,11 @@ func (s *Source) appendBatch(ctx context.Context, events []engine.Event, positio
 
 // session connects and consumes until an error or ctx ends.
 func (s *Source) session(ctx context.Context) error {
+	// What the store recorded is applied, whether or not the server can be
+	// reached or a gap holds the source: a restarted replica that reported
+	// 0 until it consumed again would look as if it had applied nothing.
+	applied, created := s.recorded()
+	s.update(func(st *Status) { st.Applied = applied })
 	nc, err := nats.Connect(s.cfg.URL, nats.Name("kvidx"), nats.MaxReconnects(-1))
 	if err != nil {
 		return fmt.Errorf("connecting to %s: %w", s.cfg.URL, err)
@@ -255,7 +260,6 @@ func (s *Source) session(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("stream %s: %w", s.cfg.Stream, err)
 	}
-	applied, created := s.recorded()
 	next := applied + 1
 	var info *js.StreamInfo
 	for {
