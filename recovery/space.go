@@ -40,12 +40,14 @@ type snapshotSize struct {
 }
 
 // roomFor checks, before a snapshot of entries and holderBlocks is written,
-// that the filesystem of the snapshot directory has room for it and,
-// beyond it, for the WAL's next entries. The WAL shares the filesystem: a
+// that the filesystem of the snapshot directory has room for it and, when
+// the WAL shares the filesystem, beyond it for the WAL's next entries: a
 // snapshot that fills it, if only until its temporary file is removed,
 // makes the append that needs a block then fail, and a failed write fences
-// the log, so that the node acknowledges nothing more until a restart. A
-// filesystem whose free space cannot be read is not checked.
+// the log, so that the node acknowledges nothing more until a restart. On
+// a filesystem of its own a snapshot fills none the WAL writes to, and the
+// append guard keeps the WAL's allowance on the WAL's. A filesystem whose
+// free space cannot be read is not checked.
 //
 // It returns the free space it read and the need it compared with it (0,
 // 0 when it could not read the free space).
@@ -54,9 +56,17 @@ func (s *Store) roomFor(entries, holderBlocks int) (free, need int64, err error)
 	if err != nil {
 		return 0, 0, nil
 	}
-	if need = s.snapshotNeed(entries, holderBlocks); free < need {
-		return free, need, fmt.Errorf("data dir %s: a snapshot of %d holder-blocks was not written: it needs about %.1f MiB with room left for the WAL, and %.1f MiB are free on the filesystem of %s: %w",
-			s.dir, holderBlocks, mib(need), mib(free), s.snapDir, ErrNoSpace)
+	need = s.snapshotNeed(entries, holderBlocks)
+	withWAL := " with room left for the WAL"
+	if !s.space.sharedFS {
+		// Room the WAL would never take here: asked for, it refused a
+		// snapshot that fits, and so the truncation that may end a pause.
+		need -= s.walAllowance()
+		withWAL = ""
+	}
+	if free < need {
+		return free, need, fmt.Errorf("data dir %s: a snapshot of %d holder-blocks was not written: it needs about %.1f MiB%s, and %.1f MiB are free on the filesystem of %s: %w",
+			s.dir, holderBlocks, mib(need), withWAL, mib(free), s.snapDir, ErrNoSpace)
 	}
 	return free, need, nil
 }

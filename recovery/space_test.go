@@ -402,3 +402,30 @@ func TestRefusalAboveTheFloorNamesWhereAppendsResume(t *testing.T) {
 		t.Fatalf("refusal %q does not say %q", err, want)
 	}
 }
+
+// Snapshots on a filesystem of their own need room there for the snapshot
+// alone: the WAL's allowance is kept on the WAL's filesystem, and a
+// snapshot that fits its own must not be refused for room the WAL never
+// takes there (refused, it leaves the WAL untruncated, and a paused node
+// paused).
+func TestSnapshotOnAnotherFilesystemNeedsNoWALAllowanceThere(t *testing.T) {
+	ctx := context.Background()
+	s := mustOpen(t, t.TempDir(), testOptions())
+	defer s.Close()
+	s.space.every = 0
+	s.space.sharedFS = false
+	var snapFree atomic.Int64
+	snapFree.Store(1 << 40)
+	s.freeSpace = func(d string) (int64, error) {
+		if d == s.snapDir {
+			return snapFree.Load(), nil
+		}
+		return 1 << 40, nil
+	}
+	mustAppend(t, s, storedChain(1, 0, 1000))
+	st := s.Index().Stats()
+	snapFree.Store(s.snapshotNeed(st.Entries, st.HolderBlocks) - s.walAllowance())
+	if _, _, err := s.Snapshot(ctx); err != nil {
+		t.Fatalf("snapshot with room for itself on its own filesystem: %v", err)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // The log's end is otherwise recorded nowhere: with its last segment files
@@ -34,6 +35,9 @@ const TailMarkName = "TAIL"
 func writeTailMark(dir string, first uint64) error {
 	tmp := filepath.Join(dir, TailMarkName+".tmp")
 	if err := os.WriteFile(tmp, []byte(strconv.FormatUint(first, 10)+"\n"), 0o640); err != nil {
+		// Not left behind: on a full disk it is an empty file that a
+		// later listing of the directory would have to explain.
+		os.Remove(tmp)
 		return fmt.Errorf("wal %s: write %s: %w", dir, TailMarkName, err)
 	}
 	if err := os.Rename(tmp, filepath.Join(dir, TailMarkName)); err != nil {
@@ -165,5 +169,15 @@ func (l *Log) recordTail() error {
 	if len(segs) == 0 || segs[len(segs)-1].index == mark {
 		return nil
 	}
-	return writeTailMark(l.dir, segs[len(segs)-1].index)
+	if err := writeTailMark(l.dir, segs[len(segs)-1].index); err != nil {
+		if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+			// A restart on the disk that fenced the log at a segment
+			// rollover, still full: the bare write error reads as
+			// damage, and the operator needs to know that the log is
+			// whole and what brings the node back.
+			return fmt.Errorf("%w: the log is intact, nothing was cut, but its newest segment cannot be recorded before entries are acknowledged in it: free some space on the filesystem of %s and start again", err, l.dir)
+		}
+		return err
+	}
+	return nil
 }

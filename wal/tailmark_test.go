@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -288,5 +289,39 @@ func TestMissingTailTornLastEntry(t *testing.T) {
 	}
 	if imt.LastEntry != want || omt.LastEntry != want {
 		t.Fatalf("last entry: Inspect %d, Open %d, want %d", imt.LastEntry, omt.LastEntry, want)
+	}
+}
+
+// A restart on a disk still full after a fence at a segment rollover (the
+// new segment made, TAIL not rewritten) cannot record the newest segment:
+// it is refused, but the refusal says that nothing was cut and that space
+// must be freed, not a bare "write TAIL: no space left on device", and,
+// space back, every entry is there.
+func TestReopenOnFullDiskAfterRolloverSaysToFreeSpace(t *testing.T) {
+	if _, err := os.Stat("/dev/full"); err != nil {
+		t.Skip("no /dev/full to stand for a full disk")
+	}
+	dir := t.TempDir()
+	segs := segmentedLog(t, dir, 40)
+	if err := writeTailMark(dir, segs[0].index); err != nil {
+		t.Fatal(err)
+	}
+	tmp := filepath.Join(dir, TailMarkName+".tmp")
+	if err := os.Symlink("/dev/full", tmp); err != nil {
+		t.Fatal(err)
+	}
+	o := quietOpts()
+	o.SegmentSize = 256
+	_, err := Open(dir, o)
+	if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "free some space") || !strings.Contains(err.Error(), "nothing was cut") {
+		t.Fatalf("open on a full disk: %v, want ENOSPC saying to free space and that nothing was cut", err)
+	}
+	if _, err := os.Lstat(tmp); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("%s left behind: %v", tmp, err)
+	}
+	l := mustOpen(t, dir, o)
+	defer l.Close()
+	if got := readAll(t, l, 1); len(got) != 40 {
+		t.Fatalf("%d entries after space is back, want 40", len(got))
 	}
 }
