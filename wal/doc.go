@@ -82,9 +82,13 @@
 // precedes); they keep a copy of what they remove.
 //
 // A crash during a truncation can leave the file tidwall/wal writes before
-// renaming it .START or .END (<index>.START.TEMP, <index>.END.TEMP): that
-// truncation never took effect and nothing reads the file, so Open deletes
-// it (and logs it) rather than keep up to a segment's bytes for each crash.
+// renaming it .START or .END (<index>.START.TEMP, <index>.END.TEMP). While
+// the segment it was copied from is there, that truncation never took
+// effect and nothing reads the file, so Open deletes it (and logs it)
+// rather than keep up to a segment's bytes for each crash. With that
+// segment gone (a power loss that kept the removals but not the rename,
+// which tidwall/wal does not fsync), the file may be the only copy of
+// entries: Open keeps it and logs a warning.
 //
 // A log that lost its last segment files reads as a shorter log, so the
 // directory's TAIL file names the newest segment written (rewritten at each

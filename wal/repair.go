@@ -67,12 +67,26 @@ func isTruncationTemp(name string) bool {
 }
 
 // removeTruncationTemps deletes the temporary files that truncations
-// interrupted by a crash left in dir (see isTruncationTemp). Such a
-// truncation never took effect (the rename that does comes after the file
-// is whole), and nothing reads the file: left, each crash would keep up to
-// a segment's bytes for good. Call it with the directory locked.
+// interrupted by a crash left in dir (see isTruncationTemp), when the
+// segment each was copied from is still there: left, each crash would keep
+// up to a segment's bytes for good. Call it with the directory locked.
+//
+// A file whose segment is gone is kept. tidwall/wal fsyncs the file, renames
+// it to its .START or .END name and removes the segments it replaces with no
+// directory fsync between them (it never fsyncs a directory), so a power
+// loss on a filesystem that does not keep metadata changes in order may
+// keep the removals and lose the rename: the file is then the only copy of
+// acknowledged entries (from the cut on, or up to it), and deleting it
+// would lose them without a word. The segment is removed only after the
+// file is whole (the last of those a .START cut removes, the first of
+// those an .END cut removes), so while it exists the file holds nothing
+// else.
 func removeTruncationTemps(dir string, logger *slog.Logger) error {
 	des, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("wal %s: %w", dir, err)
+	}
+	segs, err := listSegments(dir)
 	if err != nil {
 		return fmt.Errorf("wal %s: %w", dir, err)
 	}
@@ -81,12 +95,37 @@ func removeTruncationTemps(dir string, logger *slog.Logger) error {
 			continue
 		}
 		path := filepath.Join(dir, de.Name())
+		if !truncationSourceExists(de.Name(), segs) {
+			logger.Warn("wal: kept the temporary file of an interrupted truncation: the segment it was copied from is gone, and it may hold the only copy of entries (renamed without its .TEMP suffix, the next open finishes the truncation)",
+				"dir", dir, "path", path)
+			continue
+		}
 		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("wal %s: %w", dir, err)
 		}
 		logger.Info("wal: removed the temporary file of an interrupted truncation", "dir", dir, "path", path)
 	}
 	return nil
+}
+
+// truncationSourceExists reports whether the segment the truncation temp
+// file name (see isTruncationTemp) was copied from is among segs: for
+// <index>.START.TEMP the segment holding entry index (the last one that
+// starts at or before it; a cut removes the segments up to it in order, so
+// any one left means it is left), for <index>.END.TEMP the segment
+// starting at index.
+func truncationSourceExists(name string, segs []segFile) bool {
+	index, err := strconv.ParseUint(name[:20], 10, 64)
+	if err != nil {
+		return false
+	}
+	front := strings.HasSuffix(name, ".START.TEMP")
+	for _, s := range segs {
+		if s.kind == "" && (s.index == index || front && s.index < index) {
+			return true
+		}
+	}
+	return false
 }
 
 // lastSegment returns the file tidwall/wal will open as its tail once it has

@@ -1306,3 +1306,75 @@ func TestTruncateFrontIntoMissingEntriesFails(t *testing.T) {
 		})
 	}
 }
+
+// tidwall/wal renames a truncation's fsynced temporary file to its .START
+// or .END name and removes the segments it replaces with no directory
+// fsync between: a power loss may keep the removals and lose the rename,
+// and the temporary file is then the only copy of acknowledged entries.
+// Open keeps it (only a copy whose segment is still there is deleted), and
+// renamed without .TEMP it finishes the truncation with every entry.
+func TestOpenKeepsTruncationTempWhoseSegmentIsGone(t *testing.T) {
+	for _, kind := range []string{".START", ".END"} {
+		t.Run(kind, func(t *testing.T) {
+			dir := t.TempDir()
+			segs := segmentedLog(t, dir, 60)
+			src := segs[1]
+			data, err := os.ReadFile(filepath.Join(dir, src.name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The cut keeps entry cut and what follows it in src (.START),
+			// or what precedes it there (.END).
+			cut := src.index + 1
+			off := 0
+			for i := src.index; i < cut; i++ {
+				_, n, ok := nextEntry(data[off:])
+				if !ok {
+					t.Fatalf("segment %s has no entry %d", src.name, i)
+				}
+				off += n
+			}
+			// Every entry from the cut on is there once the truncation is
+			// finished (.START), or every one before it (.END).
+			name, kept, gone, first, last := fmt.Sprintf("%020d.START.TEMP", cut), data[off:], segs[:2], cut, uint64(60)
+			if kind == ".END" {
+				name, kept, gone, first, last = src.name+".END.TEMP", data[:off], segs[1:], 1, cut-1
+				// A directory TAIL does not check (an older kvidx's, or
+				// its TAIL lost): nothing refuses the open before.
+				if err := os.Remove(filepath.Join(dir, TailMarkName)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			temp := filepath.Join(dir, name)
+			if err := os.WriteFile(temp, kept, 0o640); err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range gone {
+				if err := os.Remove(filepath.Join(dir, s.name)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			o := quietOpts()
+			o.SegmentSize = 256
+			if l, err := Open(dir, o); err == nil {
+				l.Close()
+			}
+			got, err := os.ReadFile(temp)
+			if err != nil {
+				t.Fatalf("the only copy of entries was deleted by Open: %v", err)
+			}
+			if !bytes.Equal(got, kept) {
+				t.Fatalf("%s changed by Open", name)
+			}
+			if err := os.Rename(temp, strings.TrimSuffix(temp, ".TEMP")); err != nil {
+				t.Fatal(err)
+			}
+			l := mustOpen(t, dir, o)
+			defer l.Close()
+			es := readAll(t, l, 0)
+			if len(es) != int(last-first+1) || es[0].Index != first || es[len(es)-1].Index != last {
+				t.Fatalf("%d entries after the truncation is finished, want %d..%d", len(es), first, last)
+			}
+		})
+	}
+}

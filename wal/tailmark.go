@@ -175,7 +175,7 @@ func (l *Log) recordTail() error {
 			// rollover, still full: the bare write error reads as
 			// damage, and the operator needs to know that the log is
 			// whole and what brings the node back.
-			return fmt.Errorf("%w: the log is intact, nothing was cut, but its newest segment cannot be recorded before entries are acknowledged in it: free some space on the filesystem of %s and start again", err, l.dir)
+			return fmt.Errorf("%w: the log is intact, no acknowledged entry was cut, but its newest segment cannot be recorded before entries are acknowledged in it: free some space on the filesystem of %s and start again", err, l.dir)
 		}
 		return err
 	}

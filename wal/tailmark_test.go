@@ -294,7 +294,7 @@ func TestMissingTailTornLastEntry(t *testing.T) {
 
 // A restart on a disk still full after a fence at a segment rollover (the
 // new segment made, TAIL not rewritten) cannot record the newest segment:
-// it is refused, but the refusal says that nothing was cut and that space
+// it is refused, but the refusal says that no acknowledged entry was cut and that space
 // must be freed, not a bare "write TAIL: no space left on device", and,
 // space back, every entry is there.
 func TestReopenOnFullDiskAfterRolloverSaysToFreeSpace(t *testing.T) {
@@ -313,8 +313,8 @@ func TestReopenOnFullDiskAfterRolloverSaysToFreeSpace(t *testing.T) {
 	o := quietOpts()
 	o.SegmentSize = 256
 	_, err := Open(dir, o)
-	if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "free some space") || !strings.Contains(err.Error(), "nothing was cut") {
-		t.Fatalf("open on a full disk: %v, want ENOSPC saying to free space and that nothing was cut", err)
+	if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "free some space") || !strings.Contains(err.Error(), "no acknowledged entry was cut") {
+		t.Fatalf("open on a full disk: %v, want ENOSPC saying to free space and that no acknowledged entry was cut", err)
 	}
 	if _, err := os.Lstat(tmp); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("%s left behind: %v", tmp, err)
