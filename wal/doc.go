@@ -88,7 +88,11 @@
 // rather than keep up to a segment's bytes for each crash. With that
 // segment gone (a power loss that kept the removals but not the rename,
 // which tidwall/wal does not fsync), the file may be the only copy of
-// entries: Open keeps it and logs a warning.
+// entries: Open keeps it and logs a warning, and renamed without .TEMP it
+// finishes the truncation at the next open. When that segment was the last
+// one, TAIL names a segment no longer there and Open refuses the log
+// (MissingTailError) before it looks at the file, and the refusal does not
+// name it.
 //
 // A log that lost its last segment files reads as a shorter log, so the
 // directory's TAIL file names the newest segment written (rewritten at each

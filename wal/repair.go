@@ -78,9 +78,7 @@ func isTruncationTemp(name string) bool {
 // keep the removals and lose the rename: the file is then the only copy of
 // acknowledged entries (from the cut on, or up to it), and deleting it
 // would lose them without a word. The segment is removed only after the
-// file is whole (the last of those a .START cut removes, the first of
-// those an .END cut removes), so while it exists the file holds nothing
-// else.
+// file is whole, so while it exists the file holds nothing else.
 func removeTruncationTemps(dir string, logger *slog.Logger) error {
 	des, err := os.ReadDir(dir)
 	if err != nil {
@@ -95,7 +93,7 @@ func removeTruncationTemps(dir string, logger *slog.Logger) error {
 			continue
 		}
 		path := filepath.Join(dir, de.Name())
-		if !truncationSourceExists(de.Name(), segs) {
+		if !truncationSourceExists(dir, de.Name(), segs) {
 			logger.Warn("wal: kept the temporary file of an interrupted truncation: the segment it was copied from is gone, and it may hold the only copy of entries (renamed without its .TEMP suffix, the next open finishes the truncation)",
 				"dir", dir, "path", path)
 			continue
@@ -109,23 +107,46 @@ func removeTruncationTemps(dir string, logger *slog.Logger) error {
 }
 
 // truncationSourceExists reports whether the segment the truncation temp
-// file name (see isTruncationTemp) was copied from is among segs: for
-// <index>.START.TEMP the segment holding entry index (the last one that
-// starts at or before it; a cut removes the segments up to it in order, so
-// any one left means it is left), for <index>.END.TEMP the segment
-// starting at index.
-func truncationSourceExists(name string, segs []segFile) bool {
+// file name (see isTruncationTemp) was copied from is among segs, in dir:
+// for <index>.START.TEMP the segment holding entry index whole (the last
+// one that starts at or before it, if it reaches entry index: a filesystem
+// that may lose the rename may as well keep the removal of that segment
+// and lose the removal of one before it, so a segment left before index is
+// not enough), for <index>.END.TEMP the segment starting at index.
+func truncationSourceExists(dir, name string, segs []segFile) bool {
 	index, err := strconv.ParseUint(name[:20], 10, 64)
 	if err != nil {
 		return false
 	}
 	front := strings.HasSuffix(name, ".START.TEMP")
-	for _, s := range segs {
-		if s.kind == "" && (s.index == index || front && s.index < index) {
+	var holder *segFile
+	for i, s := range segs {
+		if s.kind != "" {
+			continue
+		}
+		if s.index == index {
 			return true
 		}
+		if front && s.index < index {
+			holder = &segs[i]
+		}
 	}
-	return false
+	if holder == nil {
+		return false
+	}
+	data, err := os.ReadFile(filepath.Join(dir, holder.name))
+	if err != nil {
+		return false
+	}
+	data, off := inUse(data), 0 // the tail segment's fill holds no entry
+	for i := holder.index; i <= index; i++ {
+		_, n, ok := nextEntry(data[off:])
+		if !ok {
+			return false
+		}
+		off += n
+	}
+	return true
 }
 
 // lastSegment returns the file tidwall/wal will open as its tail once it has

@@ -1378,3 +1378,51 @@ func TestOpenKeepsTruncationTempWhoseSegmentIsGone(t *testing.T) {
 		})
 	}
 }
+
+// A filesystem that may keep tidwall/wal's removals and lose its rename (the
+// case the kept temporary file is for) may as well keep the removal of the
+// segment a front truncation copied from and lose that of a segment before
+// it: a segment starting before the cut is then left, but not the one that
+// held the entries the .START.TEMP file copied. Open keeps the file, and
+// renamed without .TEMP it finishes the truncation with every entry.
+func TestOpenKeepsStartTempWhenOnlyAnEarlierSegmentIsLeft(t *testing.T) {
+	dir := t.TempDir()
+	segs := segmentedLog(t, dir, 60)
+	src := segs[2]
+	data, err := os.ReadFile(filepath.Join(dir, src.name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := src.index + 1
+	_, n, ok := nextEntry(data)
+	if !ok {
+		t.Fatalf("segment %s has no entry", src.name)
+	}
+	temp := filepath.Join(dir, fmt.Sprintf("%020d.START.TEMP", cut))
+	if err := os.WriteFile(temp, data[n:], 0o640); err != nil {
+		t.Fatal(err)
+	}
+	// segs[0]'s removal lost, segs[1]'s and the source's kept.
+	for _, s := range segs[1:3] {
+		if err := os.Remove(filepath.Join(dir, s.name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o := quietOpts()
+	o.SegmentSize = 256
+	if l, err := Open(dir, o); err == nil {
+		l.Close()
+	}
+	if _, err := os.Stat(temp); err != nil {
+		t.Fatalf("the only copy of entries %d..%d was deleted by Open: %v", cut, segs[3].index-1, err)
+	}
+	if err := os.Rename(temp, strings.TrimSuffix(temp, ".TEMP")); err != nil {
+		t.Fatal(err)
+	}
+	l := mustOpen(t, dir, o)
+	defer l.Close()
+	es := readAll(t, l, 0)
+	if len(es) != int(60-cut+1) || es[0].Index != cut || es[len(es)-1].Index != 60 {
+		t.Fatalf("%d entries after the truncation is finished, want %d..60", len(es), cut)
+	}
+}
