@@ -1,7 +1,6 @@
 package ingest
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kvidx/kvidx/internal/logbuf"
 )
 
 // silentPeer accepts TCP connections on loopback and never sends a byte:
@@ -159,24 +160,6 @@ func TestZMQReplayHandshakeTimeout(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a bytes.Buffer safe for a logger's writes and a test's reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // A failed dial is logged naming the endpoint as the operator gave it, as
 // /readyz does, never the source's internal transport scheme.
 func TestZMQConnectErrorLogNamesEndpointAsGiven(t *testing.T) {
@@ -186,7 +169,7 @@ func TestZMQConnectErrorLogNamesEndpointAsGiven(t *testing.T) {
 	}
 	endpoint := "tcp://" + ln.Addr().String()
 	ln.Close() // nothing listens there now: every dial is refused
-	var logs lockedBuffer
+	var logs logbuf.Buffer
 	opts := testOptions()
 	opts.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	src := NewZMQSource(ZMQSpec{Endpoint: endpoint, WorkerID: 1}, &fakeStore{}, opts)

@@ -19,6 +19,7 @@ import (
 
 	kvidx "github.com/kvidx/kvidx"
 	"github.com/kvidx/kvidx/engine"
+	"github.com/kvidx/kvidx/internal/logbuf"
 	"github.com/kvidx/kvidx/recovery"
 	"github.com/kvidx/kvidx/wal"
 	"github.com/kvidx/kvidx/workload"
@@ -39,7 +40,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 func TestSnapshotEveryEvents(t *testing.T) {
-	var logs logBuffer
+	var logs logbuf.Buffer
 	srv, st := newServerOnFake(Config{SnapshotEveryEvents: 3, SnapshotRetry: 20 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -109,24 +110,6 @@ type replayedStore struct {
 }
 
 func (r replayedStore) Report() recovery.Report { return recovery.Report{ReplayedEvents: r.replayed} }
-
-// logBuffer collects log output written from several goroutines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // TestSourceStore: appends through SourceStore (what serve gives its ZMQ and
 // NATS sources) count towards SnapshotEveryEvents, and a fenced WAL fences

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kvidx/kvidx/engine"
+	"github.com/kvidx/kvidx/internal/logbuf"
 	"github.com/kvidx/kvidx/snapshot"
 	"github.com/kvidx/kvidx/wal"
 )
@@ -541,17 +542,6 @@ func TestConcurrentAppendSnapshot(t *testing.T) {
 	}
 }
 
-type logBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
 // TestProgressLogged: a snapshot load and a WAL replay log their progress
 // (at every chance, with a progress interval of 1 ns).
 func TestProgressLogged(t *testing.T) {
@@ -576,13 +566,13 @@ func TestProgressLogged(t *testing.T) {
 				}
 			}
 			s.Close()
-			var buf logBuf
+			var buf logbuf.Buffer
 			opts := testOptions()
 			opts.Logger = slog.New(slog.NewTextHandler(&buf, nil))
 			opts.ProgressInterval = time.Nanosecond
 			s = mustOpen(t, dir, opts)
 			s.Close()
-			out := buf.b.String()
+			out := buf.String()
 			for _, w := range tt.want {
 				if !strings.Contains(out, w) {
 					t.Fatalf("log lacks %q:\n%s", w, out)
