@@ -817,9 +817,7 @@ func (v *VLLMDecoder) field(name string) (err error) {
 				// subclass's fields after its base's medium): a sliding
 				// window's or Mamba's removal leaves the block's full
 				// attention KV, which the index keeps.
-				var label string
-				label, err = v.str()
-				r.labelled, r.full = true, isFullLabel(label)
+				err = v.label()
 			default:
 				err = v.skip()
 			}
@@ -842,9 +840,7 @@ func (v *VLLMDecoder) field(name string) (err error) {
 			case isArray(c):
 				err = v.components()
 			case msgpcode.IsString(c):
-				var label string
-				label, err = v.str()
-				r.labelled, r.full = true, isFullLabel(label)
+				err = v.label()
 			default:
 				err = v.skip()
 			}
@@ -926,12 +922,22 @@ func (v *VLLMDecoder) components() error {
 			}
 			continue
 		}
-		label, err := v.str()
-		if err != nil {
+		if err := v.label(); err != nil {
 			return fmt.Errorf("component_types[%d]: %w", i, err)
 		}
-		r.full = r.full || isFullLabel(label)
 	}
+	return nil
+}
+
+// label decodes one SGLang KV component label into v.ev: the event is
+// labelled, and about full attention if any of its labels names it.
+func (v *VLLMDecoder) label() error {
+	l, err := v.str()
+	if err != nil {
+		return err
+	}
+	v.ev.labelled = true
+	v.ev.full = v.ev.full || isFullLabel(l)
 	return nil
 }
 

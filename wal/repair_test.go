@@ -1313,12 +1313,26 @@ func TestTruncateFrontIntoMissingEntriesFails(t *testing.T) {
 // and the temporary file is then the only copy of acknowledged entries.
 // Open keeps it (only a copy whose segment is still there is deleted), and
 // renamed without .TEMP it finishes the truncation with every entry.
+//
+// A filesystem that may keep tidwall/wal's removals and lose its rename may
+// as well keep the removal of the segment a front truncation copied from
+// and lose that of a segment before it: a segment starting before the cut
+// is then left, but not the one that held the entries the .START.TEMP file
+// copied ("earlier segment left").
 func TestOpenKeepsTruncationTempWhoseSegmentIsGone(t *testing.T) {
-	for _, kind := range []string{".START", ".END"} {
-		t.Run(kind, func(t *testing.T) {
+	for _, tc := range []struct {
+		name, kind string
+		src        int    // the segment the file was copied from
+		gone       [2]int // segs[gone[0]:gone[1]] removed (gone[1] 0: to the end)
+	}{
+		{".START", ".START", 1, [2]int{0, 2}},
+		{".START/earlier segment left", ".START", 2, [2]int{1, 3}},
+		{".END", ".END", 1, [2]int{1, 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			segs := segmentedLog(t, dir, 60)
-			src := segs[1]
+			src := segs[tc.src]
 			data, err := os.ReadFile(filepath.Join(dir, src.name))
 			if err != nil {
 				t.Fatal(err)
@@ -1326,19 +1340,19 @@ func TestOpenKeepsTruncationTempWhoseSegmentIsGone(t *testing.T) {
 			// The cut keeps entry cut and what follows it in src (.START),
 			// or what precedes it there (.END).
 			cut := src.index + 1
-			off := 0
-			for i := src.index; i < cut; i++ {
-				_, n, ok := nextEntry(data[off:])
-				if !ok {
-					t.Fatalf("segment %s has no entry %d", src.name, i)
-				}
-				off += n
+			_, off, ok := nextEntry(data)
+			if !ok {
+				t.Fatalf("segment %s has no entry", src.name)
+			}
+			gone := segs[tc.gone[0]:]
+			if tc.gone[1] > 0 {
+				gone = segs[tc.gone[0]:tc.gone[1]]
 			}
 			// Every entry from the cut on is there once the truncation is
 			// finished (.START), or every one before it (.END).
-			name, kept, gone, first, last := fmt.Sprintf("%020d.START.TEMP", cut), data[off:], segs[:2], cut, uint64(60)
-			if kind == ".END" {
-				name, kept, gone, first, last = src.name+".END.TEMP", data[:off], segs[1:], 1, cut-1
+			name, kept, first, last := fmt.Sprintf("%020d.START.TEMP", cut), data[off:], cut, uint64(60)
+			if tc.kind == ".END" {
+				name, kept, first, last = src.name+".END.TEMP", data[:off], 1, cut-1
 				// A directory TAIL does not check (an older kvidx's, or
 				// its TAIL lost): nothing refuses the open before.
 				if err := os.Remove(filepath.Join(dir, TailMarkName)); err != nil {
@@ -1376,53 +1390,5 @@ func TestOpenKeepsTruncationTempWhoseSegmentIsGone(t *testing.T) {
 				t.Fatalf("%d entries after the truncation is finished, want %d..%d", len(es), first, last)
 			}
 		})
-	}
-}
-
-// A filesystem that may keep tidwall/wal's removals and lose its rename (the
-// case the kept temporary file is for) may as well keep the removal of the
-// segment a front truncation copied from and lose that of a segment before
-// it: a segment starting before the cut is then left, but not the one that
-// held the entries the .START.TEMP file copied. Open keeps the file, and
-// renamed without .TEMP it finishes the truncation with every entry.
-func TestOpenKeepsStartTempWhenOnlyAnEarlierSegmentIsLeft(t *testing.T) {
-	dir := t.TempDir()
-	segs := segmentedLog(t, dir, 60)
-	src := segs[2]
-	data, err := os.ReadFile(filepath.Join(dir, src.name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cut := src.index + 1
-	_, n, ok := nextEntry(data)
-	if !ok {
-		t.Fatalf("segment %s has no entry", src.name)
-	}
-	temp := filepath.Join(dir, fmt.Sprintf("%020d.START.TEMP", cut))
-	if err := os.WriteFile(temp, data[n:], 0o640); err != nil {
-		t.Fatal(err)
-	}
-	// segs[0]'s removal lost, segs[1]'s and the source's kept.
-	for _, s := range segs[1:3] {
-		if err := os.Remove(filepath.Join(dir, s.name)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	o := quietOpts()
-	o.SegmentSize = 256
-	if l, err := Open(dir, o); err == nil {
-		l.Close()
-	}
-	if _, err := os.Stat(temp); err != nil {
-		t.Fatalf("the only copy of entries %d..%d was deleted by Open: %v", cut, segs[3].index-1, err)
-	}
-	if err := os.Rename(temp, strings.TrimSuffix(temp, ".TEMP")); err != nil {
-		t.Fatal(err)
-	}
-	l := mustOpen(t, dir, o)
-	defer l.Close()
-	es := readAll(t, l, 0)
-	if len(es) != int(60-cut+1) || es[0].Index != cut || es[len(es)-1].Index != 60 {
-		t.Fatalf("%d entries after the truncation is finished, want %d..60", len(es), cut)
 	}
 }

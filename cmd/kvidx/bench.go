@@ -80,14 +80,7 @@ file may be plain JSON lines or gzipped.`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
 			defer stop()
 
-			stderr := cmd.ErrOrStderr()
-			tty := isTerminal(stderr)
-			var pr *runProgress
-			var pf workload.ProgressFunc
-			if tty || progress {
-				pr = &runProgress{name: "bench", w: stderr, tty: tty}
-				pf = pr.print
-			}
+			pr, pf := newRunProgress(cmd, "bench", progress)
 			rep, err := workload.Bench(ctx, tr, cfg, pf)
 			pr.done()
 			if err != nil {
@@ -106,7 +99,7 @@ file may be plain JSON lines or gzipped.`,
 				return fmt.Errorf("bench: write report: %w", err)
 			}
 			if len(cfg.HeapMarks) > 0 {
-				if err := rep.WriteHeapMarks(stderr); err != nil {
+				if err := rep.WriteHeapMarks(cmd.ErrOrStderr()); err != nil {
 					return fmt.Errorf("bench: write heap marks: %w", err)
 				}
 			}
@@ -154,6 +147,20 @@ func loadTrace(path string) (*workload.Trace, error) {
 
 // runProgress prints a run's progress (bench, loadgen, publish): rewriting one line
 // on a terminal, one line per update otherwise.
+// newRunProgress returns the progress line of a run named name on the
+// command's stderr, and its print as a workload.ProgressFunc: on a
+// terminal, or with --progress (want) when stderr is not one; else nil, nil
+// (a nil *runProgress's done does nothing).
+func newRunProgress(cmd *cobra.Command, name string, want bool) (*runProgress, workload.ProgressFunc) {
+	stderr := cmd.ErrOrStderr()
+	tty := isTerminal(stderr)
+	if !tty && !want {
+		return nil, nil
+	}
+	pr := &runProgress{name: name, w: stderr, tty: tty}
+	return pr, pr.print
+}
+
 type runProgress struct {
 	name    string // the command, first on the line
 	w       io.Writer

@@ -83,15 +83,12 @@ matches score against more than the workload built, which skews the figures.`,
 				return fmt.Errorf("loadgen: --duplicate %d makes %d requests, about %.0f GB generated in memory before the run; at most %d requests (--duplicate %d with this trace)",
 					cfg.Duplicate, n, float64(n)*loadRequestBytes/(1<<30), maxLoadRequests, maxLoadRequests/max(workload.NumRequests(tr, 1), 1))
 			}
-			stderr := cmd.ErrOrStderr()
-			tty := isTerminal(stderr)
-			var pr *runProgress
-			if tty || progress {
-				pr = &runProgress{name: "loadgen", w: stderr, tty: tty}
-				opts.Progress = pr.print
+			pr, pf := newRunProgress(cmd, "loadgen", progress)
+			if pr != nil {
+				opts.Progress = pf
 				// On a terminal, the run's first line overwrites the last of these.
-				opts.GenerateProgress = (&runProgress{name: "loadgen: generating the workload", w: stderr, tty: tty}).print
-				fmt.Fprintf(stderr, "loadgen: generating the workload (%d trace records x %d)\n", len(tr.Records), cfg.Duplicate)
+				_, opts.GenerateProgress = newRunProgress(cmd, "loadgen: generating the workload", progress)
+				fmt.Fprintf(pr.w, "loadgen: generating the workload (%d trace records x %d)\n", len(tr.Records), cfg.Duplicate)
 			}
 			rep, err := node.LoadGen(cmd.Context(), target, tr, cfg, opts)
 			pr.done()
@@ -103,7 +100,7 @@ matches score against more than the workload built, which skews the figures.`,
 				// steady state: tell how to make it last.
 				perCopy := max(1, rep.Requests/max(cfg.Duplicate, 1))
 				want := int(rep.MatchesPerSec*opts.Duration.Seconds())/perCopy + 1
-				fmt.Fprintf(stderr, "loadgen: the workload ran out after %v of the %v --duration; --duplicate %d would last about %v (with more memory and generation time)\n",
+				fmt.Fprintf(cmd.ErrOrStderr(), "loadgen: the workload ran out after %v of the %v --duration; --duplicate %d would last about %v (with more memory and generation time)\n",
 					rep.Elapsed.Round(100*time.Millisecond), opts.Duration, want, opts.Duration)
 			}
 			if asJSON {

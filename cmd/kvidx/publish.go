@@ -47,14 +47,7 @@ kvidx serve --nats-url consume it and answer identically.`,
 			if err != nil {
 				return fmt.Errorf("publish: %w", err)
 			}
-			stderr := cmd.ErrOrStderr()
-			tty := isTerminal(stderr)
-			var pr *runProgress
-			var pf workload.ProgressFunc
-			if tty || progress {
-				pr = &runProgress{name: "publish", w: stderr, tty: tty}
-				pf = pr.print
-			}
+			pr, pf := newRunProgress(cmd, "publish", progress)
 			rep, err := jetstream.Publish(cmd.Context(), url, stream, prefix, tr, cfg, pf)
 			pr.done()
 			if err != nil {
