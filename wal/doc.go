@@ -91,8 +91,8 @@
 // entries: Open keeps it and logs a warning, and renamed without .TEMP it
 // finishes the truncation at the next open. When that segment was the last
 // one, TAIL names a segment no longer there and Open refuses the log
-// (MissingTailError) before it looks at the file, and the refusal does not
-// name it.
+// (MissingTailError) before it looks at the file; the refusal names the
+// file and the rename to try before any repair.
 //
 // A log that lost its last segment files reads as a shorter log, so the
 // directory's TAIL file names the newest segment written (rewritten at each

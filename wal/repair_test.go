@@ -1319,20 +1319,26 @@ func TestTruncateFrontIntoMissingEntriesFails(t *testing.T) {
 // and lose that of a segment before it: a segment starting before the cut
 // is then left, but not the one that held the entries the .START.TEMP file
 // copied ("earlier segment left").
+//
+// When the cut was in the last segment, TAIL names a segment no longer
+// there and Open refuses the log: the refusal names the kept file and the
+// rename, so that nobody repairs (and cuts) first.
 func TestOpenKeepsTruncationTempWhoseSegmentIsGone(t *testing.T) {
+	const lastSeg = -1
 	for _, tc := range []struct {
 		name, kind string
-		src        int    // the segment the file was copied from
+		src        int    // the segment the file was copied from (lastSeg: the last one)
 		gone       [2]int // segs[gone[0]:gone[1]] removed (gone[1] 0: to the end)
 	}{
 		{".START", ".START", 1, [2]int{0, 2}},
 		{".START/earlier segment left", ".START", 2, [2]int{1, 3}},
+		{".START/cut in the last segment", ".START", lastSeg, [2]int{0, 0}},
 		{".END", ".END", 1, [2]int{1, 0}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			segs := segmentedLog(t, dir, 60)
-			src := segs[tc.src]
+			src := segs[(tc.src+len(segs))%len(segs)]
 			data, err := os.ReadFile(filepath.Join(dir, src.name))
 			if err != nil {
 				t.Fatal(err)
@@ -1370,8 +1376,16 @@ func TestOpenKeepsTruncationTempWhoseSegmentIsGone(t *testing.T) {
 			}
 			o := quietOpts()
 			o.SegmentSize = 256
-			if l, err := Open(dir, o); err == nil {
+			l, err := Open(dir, o)
+			if err == nil {
 				l.Close()
+			}
+			var mt *MissingTailError
+			if errors.As(err, &mt) && !strings.Contains(err.Error(), "rename it "+strings.TrimSuffix(name, ".TEMP")) {
+				t.Errorf("the refusal does not point at the kept %s: %v", name, err)
+			}
+			if tc.src == lastSeg && mt == nil {
+				t.Errorf("open of a log without its newest segment: %v, want a MissingTailError", err)
 			}
 			got, err := os.ReadFile(temp)
 			if err != nil {
@@ -1383,7 +1397,7 @@ func TestOpenKeepsTruncationTempWhoseSegmentIsGone(t *testing.T) {
 			if err := os.Rename(temp, strings.TrimSuffix(temp, ".TEMP")); err != nil {
 				t.Fatal(err)
 			}
-			l := mustOpen(t, dir, o)
+			l = mustOpen(t, dir, o)
 			defer l.Close()
 			es := readAll(t, l, 0)
 			if len(es) != int(last-first+1) || es[0].Index != first || es[len(es)-1].Index != last {

@@ -68,12 +68,16 @@ func readTailMark(dir string) (uint64, error) {
 // starts at LastSegment (0: none found), their last entry being LastEntry.
 // It matches [ErrCorrupt]. Segment Mark may have held no entry yet (a
 // rollover makes the next segment as soon as one fills), so the message
-// says what may be lost, not what is.
+// says what may be lost, not what is. Kept names the temporary files of
+// interrupted truncations found in Dir (see isTruncationTemp): a power loss
+// during a front truncation cut in the last segment leaves the log in this
+// state, the kept file holding the missing entries.
 type MissingTailError struct {
 	Dir         string
 	Mark        uint64
 	LastSegment uint64
 	LastEntry   uint64
+	Kept        []string
 }
 
 func (e *MissingTailError) Error() string {
@@ -82,6 +86,10 @@ func (e *MissingTailError) Error() string {
 
 // Where is the message's account of the loss alone, without the way out.
 func (e *MissingTailError) Where() string {
+	return e.loss() + e.keptHint()
+}
+
+func (e *MissingTailError) loss() string {
 	if e.LastSegment == 0 {
 		return fmt.Sprintf("wal %s: no segment file is left, but the log had written segment %020d (%s names it as the newest): "+
 			"the entries the missing segments held are gone, acknowledged ones among them (deleted by hand, or left out of a copy?)",
@@ -90,6 +98,20 @@ func (e *MissingTailError) Where() string {
 	return fmt.Sprintf("wal %s: segment %020d is missing: the log had written it (%s names it as the newest segment), "+
 		"but the segment files found end with entry %d, so the entries after it that the missing segments held are gone, "+
 		"acknowledged ones among them (deleted by hand, or left out of a copy?)", e.Dir, e.Mark, TailMarkName, e.LastEntry)
+}
+
+// keptHint points at the kept truncation files, before any repair is tried.
+func (e *MissingTailError) keptHint() string {
+	if len(e.Kept) == 0 {
+		return ""
+	}
+	renamed := make([]string, len(e.Kept))
+	for i, name := range e.Kept {
+		renamed[i] = strings.TrimSuffix(name, ".TEMP")
+	}
+	return fmt.Sprintf("; but %s holds %s, the temporary file of a truncation a crash interrupted, which may hold them: "+
+		"before any repair, rename it %s and start again (the start finishes that truncation)",
+		e.Dir, strings.Join(e.Kept, " and "), strings.Join(renamed, " and "))
 }
 
 // PutBack is the way out that loses nothing.
@@ -116,7 +138,15 @@ func checkTail(dir string, mark uint64, segs []segFile, lastEntry uint64) error 
 	if mark <= last {
 		return nil
 	}
-	return &MissingTailError{Dir: dir, Mark: mark, LastSegment: last, LastEntry: lastEntry}
+	e := &MissingTailError{Dir: dir, Mark: mark, LastSegment: last, LastEntry: lastEntry}
+	if des, err := os.ReadDir(dir); err == nil {
+		for _, de := range des {
+			if !de.IsDir() && isTruncationTemp(de.Name()) {
+				e.Kept = append(e.Kept, de.Name())
+			}
+		}
+	}
+	return e
 }
 
 // CheckTail returns a [MissingTailError] when the log in dir has lost its
