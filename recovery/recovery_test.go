@@ -630,3 +630,43 @@ func TestSnapshotAtSameIndexStillRetains(t *testing.T) {
 		})
 	}
 }
+
+// A long-running node takes a snapshot every few minutes for months: what
+// the Store remembers of its snapshot files must stay as small as the
+// files kept, not grow by one entry a snapshot (found by a soak audit).
+func TestRetentionForgetsPrunedSnapshots(t *testing.T) {
+	for _, tc := range []struct {
+		keep, snapshots int
+	}{
+		{keep: 1, snapshots: 12},
+		{keep: 2, snapshots: 12},
+		{keep: 3, snapshots: 5},
+	} {
+		t.Run(fmt.Sprintf("keep%d", tc.keep), func(t *testing.T) {
+			dir := t.TempDir()
+			opts := testOptions()
+			opts.KeepSnapshots = tc.keep
+			s := mustOpen(t, dir, opts)
+			defer s.Close()
+			for i := range tc.snapshots {
+				mustAppend(t, s, genBatch(7, uint64(i+1)))
+				if _, _, err := s.Snapshot(context.Background()); err != nil {
+					t.Fatalf("snapshot %d: %v", i, err)
+				}
+			}
+			list, err := snapshot.List(filepath.Join(dir, SnapshotDirName))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(list) != tc.keep {
+				t.Fatalf("%d snapshot files, want %d", len(list), tc.keep)
+			}
+			s.snapMu.Lock()
+			counted, unusable := len(s.counted), len(s.unusable)
+			s.snapMu.Unlock()
+			if counted > tc.keep || unusable != 0 {
+				t.Fatalf("after %d snapshots keeping %d, the store remembers %d counted and %d unusable files", tc.snapshots, tc.keep, counted, unusable)
+			}
+		})
+	}
+}

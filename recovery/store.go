@@ -389,6 +389,13 @@ func (s *Store) retain(index uint64) error {
 	removed, err := snapshot.Prune(s.snapDir, s.opts.KeepSnapshots, s.usable)
 	for _, p := range removed {
 		s.logger.Info("snapshot pruned", "path", p)
+		// What was known of a file that is gone no longer applies: without
+		// this the maps grew by one entry a snapshot for as long as the
+		// node ran.
+		if n, ok := snapshot.ParseFileName(filepath.Base(p)); ok {
+			delete(s.counted, n)
+			delete(s.unusable, n)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("data dir %s: %w", s.dir, err)
