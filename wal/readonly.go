@@ -414,7 +414,7 @@ func walkOnce(dir string, from, to uint64, fn func(Entry) error) (lay Layout, va
 				lay.LastIndex = s.index + countEntries(data[:good]) - 1
 				if p := validAtOrAfter(data, good); p >= 0 {
 					lay.Segments = append(lay.Segments, info)
-					derr := &DamageError{Dir: dir, Segment: s.name, Offset: int64(good), Next: int64(p), Entry: lay.LastIndex + 1}
+					derr := &DamageError{Dir: dir, Segment: s.name, Offset: int64(good), Next: int64(p), Entry: lay.LastIndex + 1, Found: storedIndexAt(data, good, p)}
 					if fn != nil && to <= lay.LastIndex {
 						// The scan's range ends before the damage, and every
 						// entry of it was read whole: salvaging the entries

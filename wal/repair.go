@@ -227,6 +227,24 @@ func nextUnnumbered(b []byte, off int) int {
 	return -1
 }
 
+// storedIndexAt returns the index that the valid entry at b[next] carries
+// when it starts where the valid prefix ends (next == good), else 0 (see
+// DamageError.Found).
+func storedIndexAt(b []byte, good, next int) uint64 {
+	if next != good {
+		return 0
+	}
+	q, _, ok := nextEntry(b[next:])
+	if !ok {
+		return 0
+	}
+	stored, _, err := frameData(q)
+	if err != nil {
+		return 0
+	}
+	return stored
+}
+
 // validEntryAt reports whether a complete entry with a valid kvidx frame
 // starts at b[0].
 func validEntryAt(b []byte) bool {
@@ -294,7 +312,7 @@ func repairTail(dir string, logger *slog.Logger) (int64, error) {
 		return 0, nil
 	}
 	if p := validAtOrAfter(used, good); p >= 0 {
-		return 0, &DamageError{Dir: dir, Segment: name, Offset: int64(good), Next: int64(p), Entry: first + uint64(count)}
+		return 0, &DamageError{Dir: dir, Segment: name, Offset: int64(good), Next: int64(p), Entry: first + uint64(count), Found: storedIndexAt(used, good, p)}
 	}
 	dropped := int64(len(used) - good)
 	if err := truncateSync(path, int64(good)); err != nil {
@@ -656,6 +674,11 @@ type DamageError struct {
 	Dir, Segment string
 	Offset, Next int64
 	Entry        uint64
+	// Found is, when Next == Offset, the index that the valid entry at
+	// Offset carries (0: none, a version 1 frame): a later entry when the
+	// ones between were lost, an earlier one when the segment file is not
+	// the one its name says (renamed, or copied from elsewhere).
+	Found uint64
 }
 
 func (e *DamageError) Error() string {
@@ -731,7 +754,17 @@ func (e *DamageError) Where() string {
 // what is the damage, as a Damage of a layout describes it.
 func (e *DamageError) what() string {
 	if e.Next == e.Offset {
-		return "missing: the valid entry there is a later one (damage inside the log, not a torn tail)"
+		switch {
+		case e.Found != 0 && e.Found < e.Entry && e.Offset == 0:
+			return fmt.Sprintf("missing: the valid entry there is entry %d, an earlier one (damage inside the log, not a torn tail): "+
+				"segment file %s begins with entry %d, as a segment file named %020d would (renamed, or copied from elsewhere?); "+
+				"if it was renamed, putting it back under that name loses nothing", e.Found, e.Segment, e.Found, e.Found)
+		case e.Found != 0 && e.Found < e.Entry:
+			return fmt.Sprintf("missing: the valid entry there is entry %d, an earlier one (damage inside the log, not a torn tail)", e.Found)
+		case e.Found > e.Entry:
+			return fmt.Sprintf("missing: the valid entry there is entry %d, a later one (damage inside the log, not a torn tail)", e.Found)
+		}
+		return "missing: another valid entry is there (damage inside the log, not a torn tail)"
 	}
 	return fmt.Sprintf("invalid and followed by a valid entry at offset %d (damage inside the log, not a torn tail)", e.Next)
 }

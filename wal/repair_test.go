@@ -1107,6 +1107,67 @@ func TestMissingEntryInLastSegmentRefused(t *testing.T) {
 	}
 }
 
+// The refusal of an entry missing from the last segment names the entry
+// found in its place: a later one when entries were lost, an earlier one
+// when the segment file is not the one its name says, which the refusal
+// tells how to put back. Found by an audit: a tail segment renamed from
+// 15 to 16 was refused as "the valid entry there is a later one" (it was
+// entry 15), the only way out named a cut that drops every entry of it.
+func TestMissingEntryRefusalNamesEntryFound(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		damage func(t *testing.T, dir, path string)
+		entry  uint64
+		found  uint64
+		want   []string
+	}{
+		{"entry lost", func(t *testing.T, dir, path string) {
+			data, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ends := entryEnds(t, inUse(data))
+			data = append(data[:ends[0]:ends[0]], data[ends[1]:]...) // entry 16
+			if err := os.WriteFile(path, data, 0o640); err != nil {
+				t.Fatal(err)
+			}
+		}, 16, 17, []string{"entry 16 is missing: the valid entry there is entry 17, a later one"}},
+		{"segment renamed", func(t *testing.T, dir, path string) {
+			if err := os.Rename(path, filepath.Join(dir, fmt.Sprintf("%020d", 16))); err != nil {
+				t.Fatal(err)
+			}
+		}, 16, 15, []string{"entry 16 is missing: the valid entry there is entry 15, an earlier one",
+			fmt.Sprintf("segment file %020d begins with entry 15, as a segment file named %020d would", 16, 15)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			o := quietOpts()
+			o.SegmentSize = 200
+			l := mustOpen(t, dir, o)
+			appendN(t, l, 1, 18) // segments 1, 8 and 15 (15..18, the last)
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			tc.damage(t, dir, tailPath(t, dir))
+			for name, open := range map[string]func() error{
+				"Inspect": func() error { _, err := Inspect(dir); return err },
+				"Open":    func() error { _, err := Open(dir, quietOpts()); return err },
+			} {
+				err := open()
+				var de *DamageError
+				if !errors.As(err, &de) || de.Entry != tc.entry || de.Found != tc.found {
+					t.Fatalf("%s: %v (%+v), want entry %d missing, entry %d found", name, err, de, tc.entry, tc.found)
+				}
+				for _, w := range tc.want {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("%s: %v\nwant it to say %q", name, err, w)
+					}
+				}
+			}
+		})
+	}
+}
+
 // A segment of version 1 entries 1..10 continued with version 2 entries
 // 11..20, entry 3 damaged (its CRC fails, the framing intact): the cut
 // before a later entry keeps it and all after it (review of this session's
