@@ -539,6 +539,20 @@ func EndProof(snaps []snapshot.File, last uint64) (snapshot.File, bool) {
 // gone with the WAL's end either way). Recovery's refusal and the offline
 // tools that predict it use it alike.
 func WALBehindSnapshot(dataDir string, snap snapshot.File, last uint64) string {
+	if r, err := snapshot.Open(snap.Path); err != nil && SnapshotDamaged(snap.Path, err) {
+		// Its name is all there is to say that the WAL once reached its
+		// index, and it cannot give those entries back: the repair that
+		// continues after it verifies it first, and refuses (found by an
+		// audit: the advice named only that repair, whose refusal named no
+		// way out).
+		return fmt.Sprintf("snapshot %s is named for WAL index %d but the WAL ends at %d, and it is damaged (%v): "+
+			"acknowledged entries after %d may be missing from the WAL, and that snapshot cannot give them back; "+
+			"put back the WAL's lost segments or a good copy of the snapshot if you can, or kvidx wal repair %s --truncate-after %d --yes "+
+			"sets the snapshot aside (renamed *%s) and accepts the loss",
+			filepath.Base(snap.Path), snap.Index, last, err, last, wal.ShellArg(dataDir), last, DamagedSuffix)
+	} else if err == nil {
+		r.Close()
+	}
 	if m, why := Misnamed(snap); why != "" {
 		// The repair verifies a snapshot's name against its meta: the
 		// file must be named for its index first.

@@ -53,7 +53,8 @@ newer than INDEX that does not verify (every chunk and checksum) is renamed
 <name>.damaged first, as recovery does, and does not stop the cut. A log whose
 newest segment files are missing (wal/TAIL names a segment that is gone, and a
 restart refuses) is accepted as it is with INDEX = its last entry, which the
-refusal names.
+refusal names; so is a log that ends before a damaged snapshot (the cut then
+only sets that snapshot aside).
 
 --truncate-before INDEX removes every entry before INDEX, damaged or not, when
 a snapshot of DATA_DIR at WAL index INDEX-1 or later holds them: nothing
@@ -155,9 +156,11 @@ directory must not be open in a running kvidx (the command takes its lock).`,
 				}
 				// One that does not verify is useless to recovery, which
 				// would move it aside too: it does not stop the cut.
+				listed := len(snaps)
 				if snaps, err = moveAsideDamaged(cmd.Context(), dir, snaps, after, out); err != nil {
 					return fmt.Errorf("wal repair: %w", err)
 				}
+				movedAside := len(snaps) < listed
 				if f, ok := recovery.EndProof(snaps, after); ok && f.Index > after {
 					at, rename := f.Index, ""
 					if m, why := recovery.Misnamed(f); why != "" {
@@ -182,6 +185,13 @@ directory must not be open in a running kvidx (the command takes its lock).`,
 				var lost *wal.MissingTailError
 				errors.As(wal.CheckTail(dir), &lost)
 				if err := wal.RepairTruncateAfter(dir, after, backup); err != nil {
+					if movedAside && errors.Is(err, wal.ErrNothingToCut) {
+						// The damaged snapshots past the log's end were all
+						// that stopped a restart: the loss they named is
+						// accepted, as the restart's refusal said it would be.
+						_, err = fmt.Fprintf(out, "%s: the log already ends at entry %d, so nothing was cut; the damaged snapshots past it are set aside, and the loss of the entries they were named for is accepted\n", dir, after)
+						return err
+					}
 					return fmt.Errorf("wal repair: %w", err)
 				}
 				if lost != nil && after == lost.LastEntry {

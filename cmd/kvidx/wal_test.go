@@ -15,8 +15,11 @@ import (
 	"strings"
 	"testing"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/kvidx/kvidx/engine"
 	"github.com/kvidx/kvidx/recovery"
+	"github.com/kvidx/kvidx/snapshot"
 	"github.com/kvidx/kvidx/wal"
 )
 
@@ -420,5 +423,80 @@ func TestWALBehindSnapshotRepair(t *testing.T) {
 	}
 	if idx, _, err := s.Append(ctx, nil, nil); err != nil || idx != 4 {
 		t.Fatalf("append after the repair: %d, %v; want 4", idx, err)
+	}
+}
+
+// TestDamagedSnapshotPastWALEnd: the newest snapshot is named past the
+// WAL's end but is damaged (junk bytes, or another application's bbolt
+// file). A restart and recover --dry-run refuse alike, saying that it is
+// damaged and naming the cut that sets it aside and accepts the loss; that
+// cut moves it aside, cuts nothing and succeeds, and the next start uses
+// the older snapshot. Found by an audit: the refusal named only
+// --truncate-before, which verifies the snapshot and refused, naming no
+// way out, and the cut after the WAL's last entry failed with "nothing to
+// cut" after it had moved the snapshot aside.
+func TestDamagedSnapshotPastWALEnd(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		write func(t *testing.T, path string)
+	}{
+		{"junk", func(t *testing.T, path string) {
+			if err := os.WriteFile(path, []byte("not a snapshot\n"), 0o640); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"foreign bbolt", func(t *testing.T, path string) {
+			db, err := bolt.Open(path, 0o640, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = db.Update(func(tx *bolt.Tx) error {
+				b, err := tx.CreateBucketIfNotExists([]byte("users"))
+				if err != nil {
+					return err
+				}
+				return b.Put([]byte("alice"), []byte("1"))
+			})
+			if cerr := db.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			data, opts, evs := repairDataDir(t, 4, 2)
+			ctx := context.Background()
+			snap := filepath.Join(data, recovery.SnapshotDirName, snapshot.FileName(9))
+			tc.write(t, snap)
+			const cut = "--truncate-after 4 --yes"
+			_, err := recovery.Open(ctx, data, opts)
+			if !errors.Is(err, recovery.ErrUnrecoverable) || !strings.Contains(err.Error(), "is damaged") || !strings.Contains(err.Error(), cut) {
+				t.Fatalf("open: %v\nwant a refusal saying the snapshot is damaged, naming %s", err, cut)
+			}
+			if out, _, _ := runKvidx(t, "", "recover", "--data-dir", data, "--dry-run"); !strings.Contains(out, "is damaged") || !strings.Contains(out, cut) {
+				t.Errorf("recover --dry-run does not say the same:\n%s", out)
+			}
+			out, _, err := runKvidx(t, "", "wal", "repair", data, "--truncate-after", "4", "--yes", "--backup", filepath.Join(t.TempDir(), "b"))
+			if err != nil {
+				t.Fatalf("the cut the refusal names: %v\n%s", err, out)
+			}
+			if _, err := os.Stat(snap + recovery.DamagedSuffix); err != nil {
+				t.Errorf("the damaged snapshot was not set aside: %v", err)
+			}
+			s, err := recovery.Open(ctx, data, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			want := engine.New()
+			for i := range evs {
+				want.Apply(&evs[i])
+			}
+			if r := s.Report(); r.SnapshotUsed.Index != 2 || r.LastIndex != 4 || s.Index().Stats() != want.Stats() {
+				t.Fatalf("after the cut: report %+v, stats %+v, want %+v", r, s.Index().Stats(), want.Stats())
+			}
+		})
 	}
 }
