@@ -400,6 +400,18 @@ type Span struct {
 // The entries from the gap on are lost either way: no replay reaches them.
 // Recovery's refusal and the offline tools that predict it use it alike.
 func NoSnapshotRefusal(dataDir string, snaps []snapshot.File, first, last, contig uint64, gaps []Span) string {
+	msg := noSnapshotRefusal(dataDir, snaps, first, last, contig, gaps)
+	if po := snapshot.PassedOver(filepath.Join(dataDir, SnapshotDirName)); len(po) > 0 {
+		// One of them may be the snapshot recovery needs (found by an
+		// audit: a snapshot linked from a volume not mounted read as
+		// "entries 1..N are gone").
+		msg += fmt.Sprintf("; passed over, not read as snapshots: %s (if one is the snapshot recovery needs, make it a readable file under that name)",
+			strings.Join(po, "; "))
+	}
+	return msg
+}
+
+func noSnapshotRefusal(dataDir string, snaps []snapshot.File, first, last, contig uint64, gaps []Span) string {
 	// A snapshot under a wrong name, skipped as damaged, may be the one
 	// recovery needs.
 	for _, f := range snaps {

@@ -670,3 +670,52 @@ func TestRetentionForgetsPrunedSnapshots(t *testing.T) {
 		})
 	}
 }
+
+// A data directory whose only snapshot, which the WAL was truncated
+// behind, is named by an entry recovery passes over (a symbolic link whose
+// target is gone, a directory): the refusal names that entry, which may be
+// the snapshot it needs, rather than only calling the entries it holds
+// gone. Found by an audit: a snapshot linked from a volume not mounted
+// read as "entries 1..10 are gone".
+func TestRefusalNamesPassedOverSnapshot(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		replace func(t *testing.T, path string)
+		want    string
+	}{
+		{"dangling link", func(t *testing.T, path string) {
+			if err := os.Symlink(filepath.Join(t.TempDir(), "unmounted", filepath.Base(path)), path); err != nil {
+				t.Fatal(err)
+			}
+		}, "is a symbolic link to"},
+		{"directory", func(t *testing.T, path string) {
+			if err := os.Mkdir(path, 0o750); err != nil {
+				t.Fatal(err)
+			}
+		}, "is a directory, not a snapshot file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			s := mustOpen(t, dir, testOptions())
+			for _, b := range batches(3, 1, 10) {
+				mustAppend(t, s, b)
+			}
+			if _, _, err := s.Snapshot(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			s.Close()
+			if _, err := wal.RepairTruncateBefore(filepath.Join(dir, WALDirName), 11, t.TempDir(), false); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(dir, SnapshotDirName, snapshot.FileName(10))
+			if err := os.Remove(path); err != nil {
+				t.Fatal(err)
+			}
+			tc.replace(t, path)
+			_, err := Open(context.Background(), dir, testOptions())
+			if !errors.Is(err, ErrUnrecoverable) || !strings.Contains(err.Error(), path+" "+tc.want) {
+				t.Fatalf("Open = %v\nwant a refusal saying %s %s", err, path, tc.want)
+			}
+		})
+	}
+}

@@ -86,6 +86,42 @@ func List(dir string) ([]File, error) {
 	return out, nil
 }
 
+// PassedOver describes the entries of dir named like snapshots that [List]
+// passes over: a directory, a symbolic link that leads to no regular file
+// (its target gone, a volume not mounted), any other entry that is not a
+// regular file. Recovery does without them; a refusal names them, since
+// one may be the snapshot it needs.
+func PassedOver(dir string) []string {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range ents {
+		if _, ok := ParseFileName(e.Name()); !ok || e.Type().IsRegular() {
+			continue
+		}
+		p := filepath.Join(dir, e.Name())
+		if e.Type() != fs.ModeSymlink {
+			kind := "a directory"
+			if !e.IsDir() {
+				kind = "of type " + e.Type().String()
+			}
+			out = append(out, fmt.Sprintf("%s is %s, not a snapshot file", p, kind))
+			continue
+		}
+		target, _ := os.Readlink(p)
+		fi, err := os.Stat(p)
+		switch {
+		case err != nil:
+			out = append(out, fmt.Sprintf("%s is a symbolic link to %s, which cannot be read (%v)", p, target, err))
+		case !fi.Mode().IsRegular():
+			out = append(out, fmt.Sprintf("%s is a symbolic link to %s, not a regular file", p, target))
+		}
+	}
+	return out
+}
+
 // Prune deletes the snapshots of dir older than the newest keep (DefaultKeep
 // when keep < 1) that usable accepts (every one, when usable is nil), and
 // returns the deleted paths. Snapshots usable rejects do not count towards
