@@ -328,10 +328,13 @@ func (s *Store) replay(ctx context.Context, from, last uint64) (err error) {
 			break
 		}
 		if r.ReplayedEntries&63 == 0 {
+			// A signal (kvidx serve's SIGINT, SIGTERM) ends the replay
+			// within 64 entries, not at the next progress line: a
+			// second apart, it kept an operator's Ctrl-C waiting.
+			if err := ctx.Err(); err != nil {
+				return err
+			}
 			if now := time.Now(); now.Sub(lastLog) >= s.opts.ProgressInterval {
-				if err := ctx.Err(); err != nil {
-					return err
-				}
 				done := r.ReplayedEntries
 				s.logger.Info("replaying WAL", "entry", e.Index, "last", last,
 					"percent", fmt.Sprintf("%.1f", 100*float64(done)/float64(total)),

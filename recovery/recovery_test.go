@@ -542,6 +542,50 @@ func TestConcurrentAppendSnapshot(t *testing.T) {
 	}
 }
 
+// TestOpenCancelledStopsRecovery: a cancelled context (kvidx serve's
+// SIGINT or SIGTERM during recovery) ends a snapshot load or a WAL replay
+// promptly, not at the next progress line a second later, and the
+// directory opens as before afterwards.
+func TestOpenCancelledStopsRecovery(t *testing.T) {
+	tests := []struct {
+		name     string
+		snapshot bool
+	}{
+		{"replay", false},
+		{"snapshot load", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			s := mustOpen(t, dir, testOptions())
+			for _, b := range batches(8, 1, 300) {
+				mustAppend(t, s, b)
+			}
+			if tt.snapshot {
+				if _, _, err := s.Snapshot(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s.Close()
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			opts := testOptions()
+			opts.ProgressInterval = time.Hour // no progress line comes
+			if s, err := Open(ctx, dir, opts); !errors.Is(err, context.Canceled) {
+				if err == nil {
+					s.Close()
+				}
+				t.Fatalf("Open with a cancelled context: %v, want context.Canceled", err)
+			}
+			s = mustOpen(t, dir, testOptions())
+			defer s.Close()
+			if got, _ := s.Applied(); got != 300 {
+				t.Fatalf("applied index after the stopped recovery: %d, want 300", got)
+			}
+		})
+	}
+}
+
 // TestProgressLogged: a snapshot load and a WAL replay log their progress
 // (at every chance, with a progress interval of 1 ns).
 func TestProgressLogged(t *testing.T) {
