@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"slices"
 	"testing"
 
@@ -21,7 +22,7 @@ func TestFlagsFromEnv(t *testing.T) {
 	t.Setenv("KVIDX_DATA_DIR", "/var/lib/kvidx")
 	t.Setenv("KVIDX_LISTEN", "127.0.0.1:2") // the command line wins
 	t.Setenv("KVIDX_ZMQ", "tcp://h:5557=1,replay=tcp://h:5558\n  tcp://h:6557=2 ")
-	if err := flagsFromEnv(fs); err != nil {
+	if _, err := flagsFromEnv(fs); err != nil {
 		t.Fatal(err)
 	}
 	if *dataDir != "/var/lib/kvidx" || *listen != "127.0.0.1:1" {
@@ -29,5 +30,27 @@ func TestFlagsFromEnv(t *testing.T) {
 	}
 	if want := []string{"tcp://h:5557=1,replay=tcp://h:5558", "tcp://h:6557=2"}; !slices.Equal(*zmq, want) {
 		t.Fatalf("zmq %q, want %q", *zmq, want)
+	}
+}
+
+// An error naming a flag set from the environment says so: the operator
+// typed no --sync to look for (found by an audit). A longer flag that
+// begins with the name (--sync-interval) is not the flag.
+func TestEnvFlagsExplain(t *testing.T) {
+	fromEnv := envFlags{"sync": "KVIDX_SYNC", "listen": "KVIDX_LISTEN"}
+	for _, tc := range []struct{ err, want string }{
+		{`serve: --sync: unknown sync policy "bad"`, `serve: --sync: unknown sync policy "bad" (set by the environment: KVIDX_SYNC)`},
+		{`serve: --listen "bad": want HOST:PORT`, `serve: --listen "bad": want HOST:PORT (set by the environment: KVIDX_LISTEN)`},
+		{`serve: --sync-interval 0s: want a positive duration`, `serve: --sync-interval 0s: want a positive duration`},
+		{`serve: --sync-interval 0s, --sync x, --listen y`, `serve: --sync-interval 0s, --sync x, --listen y (set by the environment: KVIDX_LISTEN, KVIDX_SYNC)`},
+		{`serve: --data-dir is empty`, `serve: --data-dir is empty`},
+		{`ends with --sync`, `ends with --sync (set by the environment: KVIDX_SYNC)`},
+	} {
+		if got := fromEnv.explain(errors.New(tc.err)); got.Error() != tc.want {
+			t.Errorf("explain(%q) = %q, want %q", tc.err, got, tc.want)
+		}
+	}
+	if fromEnv.explain(nil) != nil {
+		t.Error("explain(nil) is not nil")
 	}
 }

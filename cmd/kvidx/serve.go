@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -112,10 +113,11 @@ name in upper case with _ for -, e.g. KVIDX_DATA_DIR=/var/lib/kvidx
   curl -s localhost:8585/v1/match -d '{"local_hashes":[101,102]}'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := flagsFromEnv(cmd.Flags()); err != nil {
+			fromEnv, err := flagsFromEnv(cmd.Flags())
+			if err != nil {
 				return err
 			}
-			return runServe(cmd, f)
+			return fromEnv.explain(runServe(cmd, f))
 		},
 	}
 	fl := cmd.Flags()
@@ -143,11 +145,13 @@ name in upper case with _ for -, e.g. KVIDX_DATA_DIR=/var/lib/kvidx
 }
 
 // flagsFromEnv sets every flag not given on the command line from its
-// KVIDX_ environment variable, if set. A repeatable flag (--zmq) takes
-// one value per whitespace-separated field: its values hold no spaces, and
-// commas are already part of them (",replay=").
-func flagsFromEnv(fs *pflag.FlagSet) error {
+// KVIDX_ environment variable, if set, and returns which it set. A
+// repeatable flag (--zmq) takes one value per whitespace-separated field:
+// its values hold no spaces, and commas are already part of them
+// (",replay=").
+func flagsFromEnv(fs *pflag.FlagSet) (envFlags, error) {
 	var errs []error
+	set := envFlags{}
 	fs.VisitAll(func(fl *pflag.Flag) {
 		if fl.Changed {
 			return
@@ -166,8 +170,46 @@ func flagsFromEnv(fs *pflag.FlagSet) error {
 				errs = append(errs, fmt.Errorf("%s=%q: %w", name, v, err))
 			}
 		}
+		set[fl.Name] = name
 	})
-	return errors.Join(errs...)
+	return set, errors.Join(errs...)
+}
+
+// envFlags maps the flags set from the environment to their variables.
+type envFlags map[string]string
+
+// explain adds to an error that names a flag set from the environment
+// where its value came from: an operator who never typed --sync looks
+// for it on no command line (found by an audit).
+func (e envFlags) explain(err error) error {
+	if err == nil {
+		return nil
+	}
+	var from []string
+	for name, env := range e {
+		if namesFlag(err.Error(), name) {
+			from = append(from, env)
+		}
+	}
+	if len(from) == 0 {
+		return err
+	}
+	slices.Sort(from)
+	return fmt.Errorf("%w (set by the environment: %s)", err, strings.Join(from, ", "))
+}
+
+// namesFlag reports whether msg names --name (not a longer flag it begins).
+func namesFlag(msg, name string) bool {
+	for rest := msg; ; {
+		i := strings.Index(rest, "--"+name)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+2+len(name):]
+		if rest == "" || !strings.ContainsRune("abcdefghijklmnopqrstuvwxyz-", rune(rest[0])) {
+			return true
+		}
+	}
 }
 
 // check refuses flag values the server would otherwise replace by its
