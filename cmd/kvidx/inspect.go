@@ -280,8 +280,11 @@ func summarizeDataDir(ctx context.Context, cmd *cobra.Command, dir string) (*sum
 		if err == nil {
 			break
 		}
-		if !errors.Is(err, wal.ErrTruncated) || attempt == planAttempts || ctx.Err() != nil {
+		if !errors.Is(err, wal.ErrTruncated) || ctx.Err() != nil {
 			return nil, err
+		}
+		if attempt == planAttempts {
+			return nil, fmt.Errorf("data dir %s: the WAL was truncated while it was read, %d times in a row (a running server snapshotting often: its directory is fine); try again, or inspect a copy: %w", dir, planAttempts, err)
 		}
 	}
 	st := ix.Stats()
