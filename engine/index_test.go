@@ -156,6 +156,45 @@ func TestStoredRejections(t *testing.T) {
 	}
 }
 
+// The README's boundary: positions are kept up to 2^32-2 (MaxPosition), so
+// a block at 2^32-1, which fits 32 bits, is refused like one past it,
+// whether a start_position or a parent puts it there.
+func TestPositionBoundary(t *testing.T) {
+	atMax := Event{Worker: w0, Kind: KindStored, HasStartPosition: true, StartPosition: 1<<32 - 2, Blocks: []Block{{BlockHash: 9, TokensHash: 9}}}
+	tests := []struct {
+		name string
+		ev   Event
+		want error
+	}{
+		{"one block at 2^32-2", Event{Worker: w1, Kind: KindStored, HasStartPosition: true, StartPosition: 1<<32 - 2, Blocks: []Block{{1, 1}}}, nil},
+		{"two blocks ending at 2^32-2", Event{Worker: w1, Kind: KindStored, HasStartPosition: true, StartPosition: 1<<32 - 3, Blocks: []Block{{1, 1}, {2, 2}}}, nil},
+		{"one block at 2^32-1", Event{Worker: w1, Kind: KindStored, HasStartPosition: true, StartPosition: 1<<32 - 1, Blocks: []Block{{1, 1}}}, ErrInvalidSequence},
+		{"two blocks ending at 2^32-1", Event{Worker: w1, Kind: KindStored, HasStartPosition: true, StartPosition: 1<<32 - 2, Blocks: []Block{{1, 1}, {2, 2}}}, ErrInvalidSequence},
+		{"child of a block at 2^32-2", Event{Worker: w0, Kind: KindStored, HasParent: true, ParentHash: 9, Blocks: []Block{{1, 1}}}, ErrInvalidSequence},
+	}
+	if MaxPosition != 1<<32-2 {
+		t.Fatalf("MaxPosition = %d; the README says positions are kept up to 2^32-2", uint64(MaxPosition))
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ix := New()
+			apply(t, ix, atMax)
+			before := ix.Stats()
+			err := ix.Apply(&tt.ev)
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("Apply: %v, want %v", err, tt.want)
+			}
+			grow := len(tt.ev.Blocks)
+			if tt.want != nil {
+				grow = 0
+			}
+			if after := ix.Stats(); after.HolderBlocks != before.HolderBlocks+grow {
+				t.Fatalf("holder-blocks %d -> %d, want %d more", before.HolderBlocks, after.HolderBlocks, grow)
+			}
+		})
+	}
+}
+
 func TestDuplicateStoreAndMove(t *testing.T) {
 	ix := New()
 	first := chain(w0, nil, 1, 2, 3)
