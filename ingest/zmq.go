@@ -966,6 +966,55 @@ func (s *ZMQSource) restarted(ctx context.Context, seq uint64, payload []byte, r
 	return s.apply(ctx, seq, payload, replayed)
 }
 
+// restartedBelow handles a replay asked from the last sequence applied
+// that returned no batch at all: the engine that published that batch
+// keeps its newest batches, so the one answering restarted while kvidx was
+// away and has not reached that sequence. Without this, its blocks (and
+// the old engine's) waited for its next live batch: an engine idle after
+// its restart left the old engine's blocks held. The worker is cleared and
+// the new engine's batches are taken from 0; when it has none yet, the
+// clear is appended alone (the recorded position stays, so a restart of
+// kvidx before the new engine's first batch finds the same). It returns an
+// error only when ctx ends.
+func (s *ZMQSource) restartedBelow(ctx context.Context) error {
+	s.mu.Lock()
+	s.stats.Resets++
+	s.stats.HighestSeq = 0
+	s.resets++
+	s.mu.Unlock()
+	s.log.Info("zmq publisher restarted (its replay holds no batch at the last sequence applied): clearing the worker", "last_seq", s.last)
+	s.have, s.last, s.lastTS, s.pendingClear = false, 0, 0, true
+	s.restartReplay = true
+	defer func() { s.restartReplay = false }()
+	if err := s.replay(ctx, 0); err != nil {
+		return err
+	}
+	if !s.pendingClear {
+		return nil // the first replayed batch cleared the worker
+	}
+	events := s.clearEvents(nil)
+	if len(events) == 0 {
+		return nil
+	}
+	backoff := s.opts.MinBackoff
+	for {
+		_, _, err := s.store.Append(ctx, events, nil)
+		if err == nil {
+			s.mu.Lock()
+			s.stats.Clears++
+			s.stats.Events += uint64(len(events))
+			s.mu.Unlock()
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		s.fail(ReasonAppend, fmt.Errorf("clearing the worker of a restarted engine: %w (retrying)", err))
+		sleepCtx(ctx, backoff)
+		backoff = min(2*backoff, s.opts.MaxBackoff)
+	}
+}
+
 // clearEvents returns the events that forget what this source applied: a
 // Cleared event for every DP rank seen (plus rank, if given). With no rank
 // known it returns none: every batch that applied events recorded its rank,
@@ -1124,6 +1173,9 @@ func (s *ZMQSource) replay(ctx context.Context, start uint64) error {
 		}
 		if seq == math.MaxUint64 {
 			s.log.Info("zmq replay done", "from_seq", start, "batches", n)
+			if n == 0 && s.have && s.lastTS != 0 && start == s.last && !s.restartReplay {
+				return s.restartedBelow(ctx)
+			}
 			return nil
 		}
 		n++

@@ -300,3 +300,53 @@ func TestRepeatedTSKeyIsNoRestart(t *testing.T) {
 		t.Errorf("the same batch again taken for a restart: resets %d, clears %d", s.Resets, s.Clears)
 	}
 }
+
+// An engine that restarted while kvidx was away and has not reached the
+// last sequence applied, then went idle: the replay asked from that
+// sequence comes back empty (the engine that published it would have sent
+// it back). The old engine's blocks were held, and the new engine's
+// missing, until its next live batch; now the worker is cleared and the
+// new engine's batches are replayed from 0, or, when it has none, the
+// clear is applied alone.
+func TestEngineRestartBelowTheLastSequenceIdle(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		last int // the restarted engine's last batch; -1: none yet
+	}{
+		{"new batches", 2},
+		{"no batch yet", -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
+			e := newFakeEngine(t, ctx)
+			st := &indexStore{ix: engine.New()}
+			spec := ZMQSpec{Endpoint: e.pubEP, WorkerID: 7, Replay: e.repEP}
+			held := func(tok uint64) bool { return len(st.ix.Match(local(tokens(2, int(tok)), 2, ""), nil)) != 0 }
+
+			src := NewZMQSource(spec, st, testOptions())
+			stop := runUntilCancelled(t, ctx, src)
+			applyOldEngine(t, e, src)
+			stop()
+
+			e.mu.Lock()
+			e.buf = map[uint64][]byte{}
+			e.mu.Unlock()
+			if tc.last >= 0 {
+				restartEngine(e, uint64(tc.last))
+			}
+			src = NewZMQSource(spec, st, testOptions())
+			runSource(t, ctx, src)
+			waitFor(t, "the restart", func() bool { s := src.Stats(); return s.Resets == 1 && s.Clears == 1 })
+			for seq := uint64(0); seq <= 5; seq++ {
+				if held(10 + 2*seq) {
+					t.Errorf("the old engine's block of batch %d is still held", seq)
+				}
+			}
+			for seq := 0; seq <= tc.last; seq++ {
+				if !held(500 + 2*uint64(seq)) {
+					t.Errorf("the new engine's block of batch %d is missing", seq)
+				}
+			}
+		})
+	}
+}
