@@ -116,9 +116,6 @@ func decodeEvent(s *scanner, ev *engine.Event, blocks *[]engine.Block, hashes *[
 			if err := firstTime(&haveEvent, "event"); err != nil {
 				return err
 			}
-			if isNull, err := s.null(); err != nil || isNull {
-				return inField("event", cmpErr(err, errNull))
-			}
 			if err := decodeInner(s, ev, blocks, hashes); err != nil {
 				return inField("event", err)
 			}
@@ -137,8 +134,8 @@ func decodeEvent(s *scanner, ev *engine.Event, blocks *[]engine.Block, hashes *[
 				return inField("residency_domain", err)
 			}
 		default:
-			if err := s.skip(0); err != nil {
-				return inField(keyName(key), err)
+			if err := s.skipUnknown(key); err != nil {
+				return err
 			}
 		}
 	}
@@ -188,7 +185,7 @@ func cmpErr(err, alt error) error {
 
 // decodeInner decodes the KvCacheEvent object: event_id, dp_rank and data.
 func decodeInner(s *scanner, ev *engine.Event, blocks *[]engine.Block, hashes *[]uint64) error {
-	if err := s.beginObject(); err != nil {
+	if err := s.beginRequiredObject(); err != nil {
 		return err
 	}
 	var haveID, haveRank, haveData bool
@@ -225,8 +222,8 @@ func decodeInner(s *scanner, ev *engine.Event, blocks *[]engine.Block, hashes *[
 				return inField("data", err)
 			}
 		default:
-			if err := s.skip(0); err != nil {
-				return inField(keyName(key), err)
+			if err := s.skipUnknown(key); err != nil {
+				return err
 			}
 		}
 	}
@@ -309,10 +306,7 @@ func decodeData(s *scanner, ev *engine.Event, blocks *[]engine.Block, hashes *[]
 
 // decodeStored decodes KvCacheStoreData.
 func decodeStored(s *scanner, ev *engine.Event, blocks *[]engine.Block) error {
-	if isNull, err := s.null(); err != nil || isNull {
-		return cmpErr(err, errNull)
-	}
-	if err := s.beginObject(); err != nil {
+	if err := s.beginRequiredObject(); err != nil {
 		return err
 	}
 	var haveParent, haveStart, haveBlocks bool
@@ -347,8 +341,8 @@ func decodeStored(s *scanner, ev *engine.Event, blocks *[]engine.Block) error {
 				return inField("blocks", err)
 			}
 		default:
-			if err := s.skip(0); err != nil {
-				return inField(keyName(key), err)
+			if err := s.skipUnknown(key); err != nil {
+				return err
 			}
 		}
 	}
@@ -371,10 +365,7 @@ func nullableUint(s *scanner) (v uint64, ok bool, err error) {
 // It is the hot loop of ingestion: keys are matched without allocating and
 // numbers are read straight into the engine's type.
 func decodeBlocks(s *scanner, blocks *[]engine.Block) error {
-	if isNull, err := s.null(); err != nil || isNull {
-		return cmpErr(err, errNull)
-	}
-	if err := s.beginArray(); err != nil {
+	if err := s.beginRequiredArray(); err != nil {
 		return err
 	}
 	n := 0
@@ -399,10 +390,7 @@ func decodeBlocks(s *scanner, blocks *[]engine.Block) error {
 }
 
 func decodeBlock(s *scanner, b *engine.Block) error {
-	if isNull, err := s.null(); err != nil || isNull {
-		return cmpErr(err, errNull)
-	}
-	if err := s.beginObject(); err != nil {
+	if err := s.beginRequiredObject(); err != nil {
 		return err
 	}
 	var haveBlock, haveTokens bool
@@ -430,8 +418,8 @@ func decodeBlock(s *scanner, b *engine.Block) error {
 				return inField("tokens_hash", err)
 			}
 		default:
-			if err := s.skip(0); err != nil {
-				return inField(keyName(key), err)
+			if err := s.skipUnknown(key); err != nil {
+				return err
 			}
 		}
 	}
@@ -446,10 +434,7 @@ func decodeBlock(s *scanner, b *engine.Block) error {
 
 // decodeRemoved decodes KvCacheRemoveData, appending its hashes to *hashes.
 func decodeRemoved(s *scanner, hashes *[]uint64) error {
-	if isNull, err := s.null(); err != nil || isNull {
-		return cmpErr(err, errNull)
-	}
-	if err := s.beginObject(); err != nil {
+	if err := s.beginRequiredObject(); err != nil {
 		return err
 	}
 	var haveHashes bool
@@ -470,8 +455,8 @@ func decodeRemoved(s *scanner, hashes *[]uint64) error {
 				return inField("block_hashes", err)
 			}
 		default:
-			if err := s.skip(0); err != nil {
-				return inField(keyName(key), err)
+			if err := s.skipUnknown(key); err != nil {
+				return err
 			}
 		}
 	}
@@ -484,10 +469,7 @@ func decodeRemoved(s *scanner, hashes *[]uint64) error {
 // appendUints appends a JSON array of unsigned integers no larger than max
 // (possibly empty, never null) to dst.
 func appendUints(s *scanner, dst []uint64, max uint64) ([]uint64, error) {
-	if isNull, err := s.null(); err != nil || isNull {
-		return dst, cmpErr(err, errNull)
-	}
-	if err := s.beginArray(); err != nil {
+	if err := s.beginRequiredArray(); err != nil {
 		return dst, err
 	}
 	// Size dst once: an array of numbers ends at the next ']' and has a

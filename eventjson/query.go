@@ -94,8 +94,8 @@ func decodeQuery(s *scanner, defaultBlockSize int) (Query, error) {
 		case "candidates":
 			bit = qCandidates
 		default:
-			if err := s.skip(0); err != nil {
-				return q, inField(keyName(key), err)
+			if err := s.skipUnknown(key); err != nil {
+				return q, err
 			}
 			continue
 		}
@@ -185,10 +185,7 @@ func decodeCandidates(s *scanner) ([]engine.WorkerKey, error) {
 }
 
 func decodeCandidate(s *scanner, w *engine.WorkerKey) error {
-	if isNull, err := s.null(); err != nil || isNull {
-		return cmpErr(err, errNull)
-	}
-	if err := s.beginObject(); err != nil {
+	if err := s.beginRequiredObject(); err != nil {
 		return err
 	}
 	var haveWorker, haveRank bool
@@ -218,8 +215,8 @@ func decodeCandidate(s *scanner, w *engine.WorkerKey) error {
 			}
 			w.DPRank = uint32(r)
 		default:
-			if err := s.skip(0); err != nil {
-				return inField(keyName(key), err)
+			if err := s.skipUnknown(key); err != nil {
+				return err
 			}
 		}
 	}

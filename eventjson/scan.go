@@ -201,6 +201,31 @@ func (s *scanner) beginArray() error {
 	return nil
 }
 
+// beginRequiredObject is beginObject for a field that must not be null: a
+// null is errNull ("must not be null"), not a type mismatch.
+func (s *scanner) beginRequiredObject() error {
+	if s.peek() == '{' {
+		s.pos++
+		return nil
+	}
+	if isNull, err := s.null(); err != nil || isNull {
+		return cmpErr(err, errNull)
+	}
+	return s.mismatch("an object")
+}
+
+// beginRequiredArray is beginArray for a field that must not be null.
+func (s *scanner) beginRequiredArray() error {
+	if s.peek() == '[' {
+		s.pos++
+		return nil
+	}
+	if isNull, err := s.null(); err != nil || isNull {
+		return cmpErr(err, errNull)
+	}
+	return s.mismatch("an array")
+}
+
 // element positions the cursor on the next array element, returning false
 // after consuming the closing ']'.
 func (s *scanner) element(first *bool) (bool, error) {
@@ -491,6 +516,16 @@ func (s *scanner) digits() {
 	for s.pos < len(s.data) && isDigit(s.data[s.pos]) {
 		s.pos++
 	}
+}
+
+// skipUnknown skips the value of an unknown member, whose key the error
+// names. The key is rendered only on failure, keeping the fast path free of
+// formatting.
+func (s *scanner) skipUnknown(key []byte) error {
+	if err := s.skip(0); err != nil {
+		return inField(keyName(key), err)
+	}
+	return nil
 }
 
 // skip validates and skips one value of any type: unknown fields are ignored,
