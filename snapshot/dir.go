@@ -57,12 +57,9 @@ type File struct {
 // one that leads to no regular file, like any other entry that is not a
 // regular file, is passed over.
 func List(dir string) ([]File, error) {
-	ents, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
+	ents, err := readDir(dir)
 	if err != nil {
-		return nil, fmt.Errorf("snapshot dir %s: %w", dir, err)
+		return nil, err
 	}
 	var out []File
 	for _, e := range ents {
@@ -84,6 +81,18 @@ func List(dir string) ([]File, error) {
 	}
 	slices.SortFunc(out, func(a, b File) int { return cmp.Compare(b.Index, a.Index) })
 	return out, nil
+}
+
+// readDir lists dir for List and CleanTemp: a missing dir holds nothing.
+func readDir(dir string) ([]os.DirEntry, error) {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("snapshot dir %s: %w", dir, err)
+	}
+	return ents, nil
 }
 
 // PassedOver describes the entries of dir named like snapshots that [List]
@@ -161,12 +170,9 @@ func Prune(dir string, keep int, usable func(File) bool) ([]string, error) {
 // and returns their paths. Call it when no Write into dir is running (at
 // startup, before recovery).
 func CleanTemp(dir string) ([]string, error) {
-	ents, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
+	ents, err := readDir(dir)
 	if err != nil {
-		return nil, fmt.Errorf("snapshot dir %s: %w", dir, err)
+		return nil, err
 	}
 	var removed []string
 	for _, e := range ents {
