@@ -103,4 +103,4 @@ func Publish(ctx context.Context, url, stream, subjectPrefix string, tr *workloa
 }
 
 // publishProgressEvery is how often Publish reports its progress.
-var publishProgressEvery = time.Second
+const publishProgressEvery = time.Second
