@@ -144,7 +144,7 @@ func Prune(dir string, keep int, usable func(File) bool) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	var removed []string
+	var old []string
 	kept := 0
 	for _, f := range files { // newest first
 		if kept < keep {
@@ -153,17 +153,9 @@ func Prune(dir string, keep int, usable func(File) bool) ([]string, error) {
 			}
 			continue
 		}
-		if err := os.Remove(f.Path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return removed, fmt.Errorf("snapshot %s: prune: %w", f.Path, err)
-		}
-		removed = append(removed, f.Path)
+		old = append(old, f.Path)
 	}
-	if len(removed) > 0 {
-		if err := syncDir(dir); err != nil {
-			return removed, fmt.Errorf("snapshot dir %s: %w", dir, err)
-		}
-	}
-	return removed, nil
+	return removeSynced(dir, old, "prune")
 }
 
 // CleanTemp deletes the temporary files that interrupted writes left in dir
@@ -174,14 +166,24 @@ func CleanTemp(dir string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	var removed []string
+	var temps []string
 	for _, e := range ents {
 		if !isTemp(e.Name()) || e.IsDir() {
 			continue
 		}
-		p := filepath.Join(dir, e.Name())
+		temps = append(temps, filepath.Join(dir, e.Name()))
+	}
+	return removeSynced(dir, temps, "clean")
+}
+
+// removeSynced deletes paths, files of dir, in order (one already gone
+// counts as deleted), then makes the deletions durable. It returns the
+// paths deleted, up to a failure; op names the caller in errors.
+func removeSynced(dir string, paths []string, op string) ([]string, error) {
+	var removed []string
+	for _, p := range paths {
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return removed, fmt.Errorf("snapshot %s: clean: %w", p, err)
+			return removed, fmt.Errorf("snapshot %s: %s: %w", p, op, err)
 		}
 		removed = append(removed, p)
 	}
