@@ -1,5 +1,6 @@
-// Package ingest holds kvidx's live event sources. This file's half: vLLM's
-// ZMQ KV-event publisher ([ZMQSource]).
+// Package ingest holds kvidx's ZMQ event source: it reads vLLM's (and
+// SGLang's) KV-event publisher ([ZMQSource]). The NATS JetStream source is
+// package ingest/jetstream.
 //
 // # Wire format
 //
