@@ -83,7 +83,7 @@ func List(dir string) ([]File, error) {
 	return out, nil
 }
 
-// readDir lists dir for List and CleanTemp: a missing dir holds nothing.
+// readDir lists dir for List and TempFiles: a missing dir holds nothing.
 func readDir(dir string) ([]os.DirEntry, error) {
 	ents, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
@@ -162,6 +162,17 @@ func Prune(dir string, keep int, usable func(File) bool) ([]string, error) {
 // and returns their paths. Call it when no Write into dir is running (at
 // startup, before recovery).
 func CleanTemp(dir string) ([]string, error) {
+	temps, err := TempFiles(dir)
+	if err != nil {
+		return nil, err
+	}
+	return removeSynced(dir, temps, "clean")
+}
+
+// TempFiles returns the paths of the temporary files that interrupted
+// writes left in dir, the ones [CleanTemp] deletes, in name order. It only
+// reads dir. A missing dir holds none.
+func TempFiles(dir string) ([]string, error) {
 	ents, err := readDir(dir)
 	if err != nil {
 		return nil, err
@@ -173,7 +184,7 @@ func CleanTemp(dir string) ([]string, error) {
 		}
 		temps = append(temps, filepath.Join(dir, e.Name()))
 	}
-	return removeSynced(dir, temps, "clean")
+	return temps, nil
 }
 
 // removeSynced deletes paths, files of dir, in order (one already gone

@@ -309,9 +309,17 @@ func TestDir(t *testing.T) {
 	if !slices.Equal(idx, []uint64{100, 20, 7, 5}) {
 		t.Fatalf("list %v", idx)
 	}
+	temps, err := TempFiles(dir)
+	wantTemps := []string{filepath.Join(dir, ".snapshot-00000000000000000200.tmp-123"), filepath.Join(dir, ".snapshot-00000000000000000201.tmp-x")}
+	if err != nil || !slices.Equal(temps, wantTemps) {
+		t.Fatalf("temp files: %v %v, want %v", temps, err, wantTemps)
+	}
 	removed, err := CleanTemp(dir)
-	if err != nil || len(removed) != 2 {
-		t.Fatalf("clean temp: %v %v", removed, err)
+	if err != nil || !slices.Equal(removed, wantTemps) {
+		t.Fatalf("clean temp: %v %v, want %v", removed, err, wantTemps)
+	}
+	if temps, err := TempFiles(dir); err != nil || temps != nil {
+		t.Fatalf("temp files after clean: %v %v", temps, err)
 	}
 	// 20 unusable: it neither counts nor goes, being newer than the
 	// oldest kept (7); nothing older than 7 remains to delete but 5.

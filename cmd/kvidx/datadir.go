@@ -183,11 +183,9 @@ func planRecoveryRead(ctx context.Context, dir string, load bool, progress io.Wr
 		return p, nil, nil
 	}
 	snapDir := filepath.Join(dir, recovery.SnapshotDirName)
-	if ents, err := os.ReadDir(snapDir); err == nil {
-		for _, e := range ents {
-			if n := e.Name(); strings.HasPrefix(n, ".snapshot-") && strings.Contains(n, ".tmp-") && !e.IsDir() {
-				p.TempFiles = append(p.TempFiles, n)
-			}
+	if temps, err := snapshot.TempFiles(snapDir); err == nil {
+		for _, t := range temps {
+			p.TempFiles = append(p.TempFiles, filepath.Base(t))
 		}
 	}
 	snaps, err := snapshot.List(snapDir)
