@@ -1,7 +1,6 @@
 package recovery
 
 import (
-	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -53,20 +52,6 @@ func listSegments(dir string) ([]segment, error) {
 	return segs, nil
 }
 
-// countFrames counts tidwall/wal binary entries (uvarint length, data) in
-// b; ok is false if the framing breaks before the end.
-func countFrames(b []byte) (n uint64, off int, ok bool) {
-	for off < len(b) {
-		size, hn := binary.Uvarint(b[off:])
-		if hn <= 0 || size > uint64(len(b)-off-hn) {
-			return n, off, false
-		}
-		off += hn + int(size)
-		n++
-	}
-	return n, off, true
-}
-
 // findGaps checks that every segment but the last ends right where the
 // next begins: tidwall/wal does not check it, and reading an entry of a
 // missing segment makes it panic. It reads every non-tail segment's
@@ -83,7 +68,7 @@ func findGaps(dir string) ([]walGap, error) {
 		if err != nil {
 			return nil, fmt.Errorf("wal %s: %w", dir, err)
 		}
-		n, off, ok := countFrames(b)
+		n, off, ok := wal.Frames(b)
 		end := s.index + n // first index after the segment's entries
 		var stray int64
 		if !ok || end > next.index {

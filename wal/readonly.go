@@ -323,7 +323,7 @@ func walkOnce(dir string, from, to uint64, fn func(Entry) error) (lay Layout, va
 		// which is also what recovery finds (no replay may cross it).
 		broken := false
 		if !last {
-			if whole, boff, ok := frames(data); !ok {
+			if whole, boff, ok := Frames(data); !ok {
 				broken = true
 				end := segs[si+1].index
 				lay.Damage = append(lay.Damage, Damage{Segment: s.name, Offset: int64(boff), Index: s.index,
@@ -411,7 +411,8 @@ func walkOnce(dir string, from, to uint64, fn func(Entry) error) (lay Layout, va
 			if good >= 0 {
 				// What Open would do: cut from good, unless a valid entry
 				// starts anywhere after it (damage inside the log).
-				lay.LastIndex = s.index + countEntries(data[:good]) - 1
+				whole, _, _ := Frames(data[:good])
+				lay.LastIndex = s.index + whole - 1
 				if p := validAtOrAfter(data, good); p >= 0 {
 					lay.Segments = append(lay.Segments, info)
 					derr := &DamageError{Dir: dir, Segment: s.name, Offset: int64(good), Next: int64(p), Entry: lay.LastIndex + 1, Found: storedIndexAt(data, good, p)}
@@ -467,9 +468,12 @@ func missingTail(lay *Layout, dir string, mark uint64, segs []segFile) error {
 	return err
 }
 
-// frames walks b's tidwall/wal framing: it returns how many whole entries
-// it holds, where the framing stops, and whether that is the end of b.
-func frames(b []byte) (n uint64, off int, ok bool) {
+// Frames walks b's tidwall/wal framing (uvarint length, then that many
+// bytes): it returns how many whole entries b holds, where the framing
+// stops, and whether that is the end of b. It checks tidwall/wal's framing
+// only, not what each entry holds (kvidx's frame: version, checksum, index;
+// see [Scan]).
+func Frames(b []byte) (n uint64, off int, ok bool) {
 	for off < len(b) {
 		_, k, ok := nextEntry(b[off:])
 		if !ok {
@@ -479,20 +483,6 @@ func frames(b []byte) (n uint64, off int, ok bool) {
 		n++
 	}
 	return n, off, true
-}
-
-// countEntries counts the complete entries (tidwall/wal framing) of b.
-func countEntries(b []byte) uint64 {
-	var n uint64
-	for len(b) > 0 {
-		_, k, ok := nextEntry(b)
-		if !ok {
-			break
-		}
-		b = b[k:]
-		n++
-	}
-	return n
 }
 
 // maxOpenSegments bounds the descriptors a walk holds at once.

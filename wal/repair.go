@@ -443,7 +443,8 @@ func RepairTruncateAfter(dir string, index uint64, backupDir string) (err error)
 		return fmt.Errorf("wal %s: segment %s: %w", dir, tail.name, err)
 	}
 	tailData = inUse(tailData)
-	if last := tail.index + countEntries(tailData) - 1; index > last {
+	whole, _, _ := Frames(tailData)
+	if last := tail.index + whole - 1; index > last {
 		return fmt.Errorf("wal %s: index %d is past the last entry %d: %w", dir, index, last, ErrNothingToCut)
 	}
 	mark, err := readTailMark(dir)
