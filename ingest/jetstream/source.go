@@ -254,7 +254,7 @@ func (s *Source) session(ctx context.Context) error {
 	defer nc.Close()
 	jsc, err := js.New(nc)
 	if err != nil {
-		return err
+		return fmt.Errorf("jetstream on %s: %w", s.cfg.URL, err)
 	}
 	stream, err := jsc.Stream(ctx, s.cfg.Stream)
 	if err != nil {
