@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -89,9 +88,7 @@ file may be plain JSON lines or gzipped.`,
 
 			out := cmd.OutOrStdout()
 			if asJSON {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				err = enc.Encode(rep)
+				err = writeJSON(out, rep)
 			} else {
 				err = rep.WriteTable(out)
 			}

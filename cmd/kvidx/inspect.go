@@ -200,6 +200,8 @@ Nothing is changed: safe on a running server's directory.`,
 	return cmd
 }
 
+// writeJSON writes v as JSON indented by two spaces, then a newline: the
+// --json form of the reports that are one JSON document.
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
