@@ -37,7 +37,8 @@
 // chunks per transaction, then syncs the data once, closes, fsyncs the file,
 // renames it to its final name and fsyncs the directory. A crash at any
 // moment leaves the published set as it was and at most a temporary file,
-// which [CleanTemp] removes (at startup). [Prune] keeps the newest K
+// which [CleanTemp] removes (at startup; [TempFiles] lists them, read
+// only). [Prune] keeps the newest K
 // snapshots; call it after a new one is published. [List] returns the
 // snapshots newest first.
 //
