@@ -66,11 +66,7 @@ func (s *Store) recover(ctx context.Context) error {
 	}
 	for _, f := range snaps {
 		if f.Index+1 < contig {
-			reason := fmt.Sprintf("the WAL does not reach back to it: entries %d..%d are needed", f.Index+1, contig-1)
-			if first <= f.Index+1 {
-				reason = fmt.Sprintf("the WAL entries after it are not whole: %s", gapsAfter(gaps, f.Index))
-			}
-			s.skip(f, reason)
+			s.skip(f, NotReached(f.Index, first, contig, gapsAfter(gaps, f.Index)))
 			continue
 		}
 		start := time.Now()
@@ -89,7 +85,7 @@ func (s *Store) recover(ctx context.Context) error {
 			continue
 		}
 		if m.Index != f.Index {
-			s.skip(f, misnamed(m.Index, f))
+			s.skip(f, MisnamedReason(m.Index, f))
 			damaged = append(damaged, f)
 			continue
 		}
@@ -217,14 +213,26 @@ func (s *Store) skip(f snapshot.File, reason string) {
 	s.unusable[f.Index] = true
 }
 
-func gapsAfter(gaps []walGap, index uint64) string {
+func gapsAfter(gaps []walGap, index uint64) []string {
 	var d []string
 	for _, g := range gaps {
 		if g.To > index {
 			d = append(d, g.Desc)
 		}
 	}
-	return strings.Join(d, "; ")
+	return d
+}
+
+// NotReached is why the snapshot at WAL index index is not used when the
+// WAL, from first, is whole only from contig > index+1 on: the entries
+// after it are gone, or, when the WAL still begins at or before them,
+// broken by gaps (descs describes each gap after index). Recovery and the
+// offline tools that predict it use it alike.
+func NotReached(index, first, contig uint64, descs []string) string {
+	if first <= index+1 {
+		return "the WAL entries after it are not whole: " + strings.Join(descs, "; ")
+	}
+	return fmt.Sprintf("the WAL does not reach back to it: entries %d..%d are needed", index+1, contig-1)
 }
 
 // found describes what recovery found: the WAL's range and gaps, and every
@@ -377,12 +385,14 @@ func Misnamed(f snapshot.File) (metaIndex uint64, why string) {
 	}
 	defer r.Close()
 	if m := r.Meta().Index; m != f.Index {
-		return m, misnamed(m, f)
+		return m, MisnamedReason(m, f)
 	}
 	return f.Index, ""
 }
 
-func misnamed(metaIndex uint64, f snapshot.File) string {
+// MisnamedReason is why snapshot f, whose meta says WAL index metaIndex,
+// another index than its name, is not used.
+func MisnamedReason(metaIndex uint64, f snapshot.File) string {
 	return fmt.Sprintf("its meta says WAL index %d, its name %d", metaIndex, f.Index)
 }
 

@@ -425,7 +425,7 @@ func (s *Store) usable(f snapshot.File) bool {
 	r, err := snapshot.Open(f.Path)
 	if err == nil {
 		if m := r.Meta(); m.Index != f.Index {
-			err = errors.New(misnamed(m.Index, f))
+			err = errors.New(MisnamedReason(m.Index, f))
 		}
 		r.Close()
 	}

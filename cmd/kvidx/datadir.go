@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/kvidx/kvidx/engine"
 	"github.com/kvidx/kvidx/recovery"
@@ -218,17 +217,13 @@ func planRecoveryRead(ctx context.Context, dir string, load bool, progress io.Wr
 			p.Skipped = append(p.Skipped, skipped{File: name, Index: f.Index, Reason: reason})
 		}
 		if f.Index+1 < contig {
-			reason := fmt.Sprintf("the WAL does not reach back to it: entries %d..%d are needed", f.Index+1, contig-1)
-			if first <= f.Index+1 {
-				var d []string
-				for _, g := range lay.Gaps {
-					if g.To > f.Index {
-						d = append(d, g.Desc)
-					}
+			var after []string
+			for _, g := range lay.Gaps {
+				if g.To > f.Index {
+					after = append(after, g.Desc)
 				}
-				reason = "the WAL entries after it are not whole: " + strings.Join(d, "; ")
 			}
-			skip(reason)
+			skip(recovery.NotReached(f.Index, first, contig, after))
 			continue
 		}
 		var meta snapshot.Meta
@@ -267,7 +262,7 @@ func planRecoveryRead(ctx context.Context, dir string, load bool, progress io.Wr
 		}
 		if meta.Index != f.Index {
 			ix = nil
-			skip(fmt.Sprintf("its meta says WAL index %d, its name %d", meta.Index, f.Index))
+			skip(recovery.MisnamedReason(meta.Index, f))
 			continue
 		}
 		p.SnapshotUsed = &snapshotRef{File: name, Index: f.Index, Bytes: f.Size}
