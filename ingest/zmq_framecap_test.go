@@ -267,7 +267,7 @@ func TestZMQHugeFrameInHandshake(t *testing.T) {
 	}()
 	src := NewZMQSource(ZMQSpec{Endpoint: "tcp://" + ln.Addr().String(), WorkerID: 1}, &fakeStore{}, testOptions())
 	stop := runUntilCancelled(t, t.Context(), src)
-	time.Sleep(time.Second)
+	waitFor(t, "the failed dial counted", func() bool { return src.Stats().Errors[ReasonConnect] > 0 })
 	stop()
 	if s := src.Stats(); s.Errors[ReasonConnect] == 0 {
 		t.Fatalf("stats %+v: want the failed dial counted", s)

@@ -59,7 +59,12 @@ func TestSnapshotEveryEvents(t *testing.T) {
 	waitFor(t, "a failed snapshot", func() bool { return testutil.ToFloat64(srv.metrics.snapFailures) >= 2 })
 	e.do(t, "POST", "/v1/events", stored(0, 4, "3", 4)).want(t, 200)
 	st.snapErr.Store(errBox{})
-	waitFor(t, "a snapshot", func() bool { _, n := st.counts(); return n == 1 })
+	// The store counts the snapshot before the loop records and logs it:
+	// wait for the log line, the last of these.
+	waitFor(t, "a snapshot published", func() bool { return strings.Contains(logs.String(), `msg="snapshot published"`) })
+	if _, n := st.counts(); n != 1 {
+		t.Fatalf("%d snapshots, want 1", n)
+	}
 	if idx, _ := srv.snaps.last(); idx != 3 {
 		t.Fatalf("snapshot index %d, want 3", idx)
 	}

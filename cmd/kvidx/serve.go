@@ -156,7 +156,7 @@ func flagsFromEnv(fs *pflag.FlagSet) (envFlags, error) {
 		if fl.Changed {
 			return
 		}
-		name := "KVIDX_" + strings.ToUpper(strings.ReplaceAll(fl.Name, "-", "_"))
+		name := flagEnvName(fl.Name)
 		v, ok := os.LookupEnv(name)
 		if !ok {
 			return
@@ -173,6 +173,12 @@ func flagsFromEnv(fs *pflag.FlagSet) (envFlags, error) {
 		set[fl.Name] = name
 	})
 	return set, errors.Join(errs...)
+}
+
+// flagEnvName is the environment variable of serve's flag name:
+// KVIDX_ and the name in upper case with _ for -.
+func flagEnvName(name string) string {
+	return "KVIDX_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
 }
 
 // envFlags maps the flags set from the environment to their variables.

@@ -185,7 +185,12 @@ func TestServeKill9(t *testing.T) {
 			}
 		})
 	}
+	// Kill it mid-load, once something was acknowledged (on a loaded
+	// machine the first fsynced answers may take longer than 300 ms).
 	time.Sleep(300 * time.Millisecond)
+	for deadline := time.Now().Add(20 * time.Second); len(acked) == 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
 	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

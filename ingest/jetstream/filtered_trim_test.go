@@ -40,7 +40,9 @@ func TestFilteredTrimOfOtherSubjectsIsNoGap(t *testing.T) {
 		go func() { src.Run(ctx); close(done) }()
 		t.Cleanup(func() { cancel(); <-done })
 		return func() {
-			// Long enough for idle checks (once a second) to see the trim.
+			// Connected (a loaded machine may take a while), then long
+			// enough for idle checks (once a second) to see the trim.
+			waitUntil(t, "the source connected", 10*time.Second, func() bool { return src.Status().Connected })
 			time.Sleep(2500 * time.Millisecond)
 			if s := src.Status(); s.Gap != "" || !s.Connected {
 				t.Fatalf("status %+v: a gap, though no message of %s.1 was lost", s, testPrefix)
@@ -68,6 +70,7 @@ func TestFilteredTrimOfOtherSubjectsIsNoGap(t *testing.T) {
 	// message of the subject is applied.
 	stop = start()
 	pub(testPrefix + ".1")
+	waitUntil(t, "the new message applied", 10*time.Second, func() bool { return st.count() >= 2 })
 	stop()
 	if n := st.count(); n != 2 {
 		t.Fatalf("%d events applied, want 2", n)

@@ -116,7 +116,12 @@ func TestRecreatedStreamBehindPosition(t *testing.T) {
 	old := &posStore{pos: []wal.Position{{Source: PositionName(testStream), Seq: 3}}}
 	waitGap(t, New(Config{URL: url, Stream: testStream}, old), old, "ends at message 2, before message 3")
 
-	runSource(t, New(Config{URL: url, Stream: testStream, AllowGap: true}, st), 2)
+	// Not runSource(…, 2): the session starts at the recorded position, 3,
+	// already past 2, and it returned before the new messages were applied.
+	src := New(Config{URL: url, Stream: testStream, AllowGap: true}, st)
+	stop := runInBackground(src)
+	waitUntil(t, "the new stream's message 2 applied", 30*time.Second, func() bool { return src.Status().Applied == 2 })
+	stop()
 	if n := st.count(); n != 5 {
 		t.Fatalf("%d events applied, want 3 from the old stream and 2 from the new", n)
 	}
@@ -188,7 +193,9 @@ func TestAllowGapAfterPurgeWhileDown(t *testing.T) {
 	}
 	src := New(Config{URL: url, Stream: testStream, AllowGap: true}, st)
 	defer runInBackground(src)()
-	time.Sleep(time.Second)
+	// Ready first (a loaded machine may take a while to connect), then
+	// ready at every sample across several idle checks (once a second).
+	waitUntil(t, "the source connected, no gap", 15*time.Second, func() bool { s := src.Status(); return s.Connected && s.Gap == "" })
 	down, samples := 0, 0
 	for deadline := time.Now().Add(4 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		s := src.Status()
