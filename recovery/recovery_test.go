@@ -763,3 +763,25 @@ func TestRefusalNamesPassedOverSnapshot(t *testing.T) {
 		})
 	}
 }
+
+// A data directory path that names a file (or is empty) is refused as
+// such, not by the first file looked for inside it ("open F/FORMAT: not a
+// directory", found by an audit), and the file is left as it was.
+func TestOpenRefusesDataDirThatIsNoDirectory(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "afile")
+	if err := os.WriteFile(file, []byte("notes\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ dir, want string }{
+		{file, "data dir " + file + " is not a directory"},
+		{"", "the data directory path is empty"},
+	} {
+		_, err := Open(context.Background(), tc.dir, testOptions())
+		if err == nil || !strings.HasSuffix(err.Error(), tc.want) {
+			t.Errorf("Open(%q): %v, want %q", tc.dir, err, tc.want)
+		}
+	}
+	if b, err := os.ReadFile(file); err != nil || string(b) != "notes\n" {
+		t.Fatalf("the file changed: %q, %v", b, err)
+	}
+}

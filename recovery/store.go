@@ -153,6 +153,11 @@ func Open(ctx context.Context, dir string, opts Options) (_ *Store, err error) {
 		opts.ProgressInterval = time.Second
 	}
 	dir = filepath.Clean(dir)
+	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
+		// Else the first file inside it fails, as "open DIR/FORMAT: not a
+		// directory", which reads as a file missing in a directory.
+		return nil, fmt.Errorf("data dir %s is not a directory", dir)
+	}
 	s := &Store{
 		dir:     dir,
 		snapDir: filepath.Join(dir, SnapshotDirName),
