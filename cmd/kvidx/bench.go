@@ -114,6 +114,9 @@ file may be plain JSON lines or gzipped.`,
 	f.BoolVar(&cfg.Reserve, "reserve", false, "size the index for workers x capacity holder-blocks before the run, untimed")
 	f.BoolVar(&asJSON, "json", false, "print the report as one JSON object")
 	f.Int64SliceVar(&cfg.HeapMarks, "heap-marks", nil, "block-op `counts` at which to measure the heap after GC, ascending (e.g. 2000000,10000000)")
+	// pflag takes "[]" for a set default of an int64 list (it knows it as
+	// empty only for int and string lists) and --help printed "(default [])".
+	f.Lookup("heap-marks").DefValue = ""
 	f.BoolVar(&progress, "progress", false, "print progress on stderr even when it is not a terminal")
 	return cmd
 }

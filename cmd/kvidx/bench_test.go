@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
 )
 
 // runBench runs kvidx with the command line args and returns stdout, stderr and the error.
@@ -100,4 +102,19 @@ func TestBenchTable(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", s, out)
 		}
 	}
+}
+
+// Every command's --help shows a default only where there is one: pflag
+// printed "(default [])" for an int64 list left empty (--heap-marks).
+func TestHelpShowsNoEmptyDefault(t *testing.T) {
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+		if usage := c.LocalFlags().FlagUsages(); strings.Contains(usage, "(default [])") {
+			t.Errorf("%s --help shows an empty default:\n%s", c.CommandPath(), usage)
+		}
+	}
+	walk(newRootCmd())
 }
