@@ -69,7 +69,8 @@ func readTailMark(dir string) (uint64, error) {
 // It matches [ErrCorrupt]. Segment Mark may have held no entry yet (a
 // rollover makes the next segment as soon as one fills), so the message
 // says what may be lost, not what is. Kept names the temporary files of
-// interrupted truncations found in Dir (see isTruncationTemp): a power loss
+// interrupted truncations found in Dir whose segment is gone (see
+// isTruncationTemp and truncationSourceExists): a power loss
 // during a front truncation cut in the last segment leaves the log in this
 // state, the kept file holding the missing entries.
 type MissingTailError struct {
@@ -141,7 +142,10 @@ func checkTail(dir string, mark uint64, segs []segFile, lastEntry uint64) error 
 	e := &MissingTailError{Dir: dir, Mark: mark, LastSegment: last, LastEntry: lastEntry}
 	if des, err := os.ReadDir(dir); err == nil {
 		for _, de := range des {
-			if !de.IsDir() && isTruncationTemp(de.Name()) {
+			// Only a file Open keeps (its segment gone): one whose segment
+			// is still there may be a partial copy, which Open deletes,
+			// and renamed it would finish a truncation with entries lost.
+			if !de.IsDir() && isTruncationTemp(de.Name()) && !truncationSourceExists(dir, de.Name(), segs) {
 				e.Kept = append(e.Kept, de.Name())
 			}
 		}

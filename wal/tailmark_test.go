@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -324,4 +325,65 @@ func TestReopenOnFullDiskAfterRolloverSaysToFreeSpace(t *testing.T) {
 	if got := readAll(t, l, 1); len(got) != 40 {
 		t.Fatalf("%d entries after space is back, want 40", len(got))
 	}
+}
+
+// A missing tail's refusal names a kept truncation file and the rename to
+// try, but only one Open keeps (its segment gone): a temporary file whose
+// segment is still there may be a partial copy, which Open deletes, and
+// renamed it would finish a truncation with entries lost.
+func TestMissingTailNamesOnlyKeptTemps(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		srcGone  bool
+		wantKept bool
+	}{
+		{"segment gone", true, true},
+		{"segment still there", false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			segs := segmentedLog(t, dir, 60)
+			// The newest segment is lost; a .START.TEMP copied from the
+			// one before it (a partial copy: its first half).
+			src := segs[len(segs)-2]
+			data, err := os.ReadFile(filepath.Join(dir, src.name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			temp := fmt.Sprintf("%020d.START.TEMP", src.index+1)
+			if err := os.WriteFile(filepath.Join(dir, temp), data[:len(data)/2], 0o640); err != nil {
+				t.Fatal(err)
+			}
+			gone := segs[len(segs)-1:]
+			if tc.srcGone {
+				gone = segs[len(segs)-2:]
+			}
+			for _, s := range gone {
+				if err := os.Remove(filepath.Join(dir, s.name)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, check := range []struct {
+				what string
+				err  error
+			}{{"CheckTail", CheckTail(dir)}, {"Open", openErr(dir)}} {
+				var mt *MissingTailError
+				if !errors.As(check.err, &mt) {
+					t.Fatalf("%s: %v, want a MissingTailError", check.what, check.err)
+				}
+				named := strings.Contains(check.err.Error(), temp)
+				if named != tc.wantKept || (len(mt.Kept) != 0) != tc.wantKept {
+					t.Errorf("%s: Kept %v, names %s: %v, want it named: %v (%v)", check.what, mt.Kept, temp, named, tc.wantKept, check.err)
+				}
+			}
+		})
+	}
+}
+
+func openErr(dir string) error {
+	l, err := Open(dir, quietOpts())
+	if err == nil {
+		l.Close()
+	}
+	return err
 }
