@@ -186,10 +186,17 @@ directory must not be open in a running kvidx (the command takes its lock).`,
 				errors.As(wal.CheckTail(dir), &lost)
 				if err := wal.RepairTruncateAfter(dir, after, backup); err != nil {
 					if movedAside && errors.Is(err, wal.ErrNothingToCut) {
-						// The damaged snapshots past the log's end were all
-						// that stopped a restart: the loss they named is
-						// accepted, as the restart's refusal said it would be.
-						_, err = fmt.Fprintf(out, "%s: the log already ends at entry %d, so nothing was cut; the damaged snapshots past it are set aside, and the loss of the entries they were named for is accepted\n", dir, after)
+						// The damaged snapshots past the log's end may have
+						// been all that stopped a restart: the loss they
+						// named is accepted, as the restart's refusal said
+						// it would be. With INDEX past the log's end, a
+						// good snapshot between the two still stops it.
+						lay, _ := wal.Inspect(dir)
+						if f, ok := recovery.EndProof(snaps, lay.LastIndex); ok && f.Index > lay.LastIndex {
+							return fmt.Errorf("wal repair: %s: the log ends at entry %d, so nothing was cut (the damaged snapshots past it are set aside), but a restart would still refuse: %s",
+								dir, lay.LastIndex, recovery.WALBehindSnapshot(args[0], f, lay.LastIndex))
+						}
+						_, err = fmt.Fprintf(out, "%s: the log already ends at entry %d, so nothing was cut; the damaged snapshots past it are set aside, and the loss of the entries they were named for is accepted\n", dir, lay.LastIndex)
 						return err
 					}
 					return fmt.Errorf("wal repair: %w", err)

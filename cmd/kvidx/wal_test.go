@@ -500,3 +500,48 @@ func TestDamagedSnapshotPastWALEnd(t *testing.T) {
 		})
 	}
 }
+
+// TestTruncateAfterPastLogEnd: a cut after an entry past the log's end
+// with only damaged snapshots past it (set aside) succeeds and says where
+// the log really ends; with a good snapshot between the log's end and the
+// entry, it cut nothing and claimed success, and the next start still
+// refused (found by review): it now fails, naming the repair the restart
+// would.
+func TestTruncateAfterPastLogEnd(t *testing.T) {
+	t.Run("only damaged snapshots past", func(t *testing.T) {
+		data, _, _ := repairDataDir(t, 4, 2)
+		if err := os.WriteFile(filepath.Join(data, recovery.SnapshotDirName, snapshot.FileName(9)), []byte("junk\n"), 0o640); err != nil {
+			t.Fatal(err)
+		}
+		out, _, err := runKvidx(t, "", "wal", "repair", data, "--truncate-after", "7", "--yes", "--backup", filepath.Join(t.TempDir(), "b"))
+		if err != nil || !strings.Contains(out, "ends at entry 4,") {
+			t.Fatalf("repair: %v\n%s\nwant success saying the log ends at entry 4", err, out)
+		}
+	})
+	t.Run("a good snapshot past the log's end", func(t *testing.T) {
+		data, opts, _ := repairDataDir(t, 3, 3)
+		seg := filepath.Join(data, "wal", fmt.Sprintf("%020d", 1))
+		b, err := os.ReadFile(seg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		off := 0
+		for range 2 {
+			size, hn := binary.Uvarint(b[off:])
+			off += hn + int(size)
+		}
+		if err := os.WriteFile(seg, b[:off], 0o640); err != nil { // entries 1..2 remain
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(data, recovery.SnapshotDirName, snapshot.FileName(9)), []byte("junk\n"), 0o640); err != nil {
+			t.Fatal(err)
+		}
+		out, _, err := runKvidx(t, "", "wal", "repair", data, "--truncate-after", "3", "--yes", "--backup", filepath.Join(t.TempDir(), "b"))
+		if err == nil || !strings.Contains(err.Error(), "--truncate-before 4 --yes") {
+			t.Fatalf("repair: %v\n%s\nwant a failure naming --truncate-before 4", err, out)
+		}
+		if _, err := recovery.Open(context.Background(), data, opts); !strings.Contains(fmt.Sprint(err), "--truncate-before 4 --yes") {
+			t.Fatalf("open after: %v, want the refusal the repair named", err)
+		}
+	})
+}
