@@ -974,8 +974,9 @@ func (s *ZMQSource) restarted(ctx context.Context, seq uint64, payload []byte, r
 // its restart left the old engine's blocks held. The worker is cleared and
 // the new engine's batches are taken from 0; when it has none yet, the
 // clear is appended alone (the recorded position stays, so a restart of
-// kvidx before the new engine's first batch finds the same). It returns an
-// error only when ctx ends.
+// kvidx before the new engine's first batch finds the same). An engine
+// that keeps no batch for replay looks the same (README: give it no replay
+// endpoint). It returns an error only when ctx ends.
 func (s *ZMQSource) restartedBelow(ctx context.Context) error {
 	s.mu.Lock()
 	s.stats.Resets++
@@ -1000,6 +1001,9 @@ func (s *ZMQSource) restartedBelow(ctx context.Context) error {
 	for {
 		_, _, err := s.store.Append(ctx, events, nil)
 		if err == nil {
+			// The worker is empty: the new engine's first batch needs
+			// no clear of its own (it counted a second one).
+			s.pendingClear = false
 			s.mu.Lock()
 			s.stats.Clears++
 			s.stats.Events += uint64(len(events))

@@ -347,6 +347,20 @@ func TestEngineRestartBelowTheLastSequenceIdle(t *testing.T) {
 					t.Errorf("the new engine's block of batch %d is missing", seq)
 				}
 			}
+			// The new engine's next batch, live: applied, with no second
+			// clear of the worker already cleared.
+			next := uint64(tc.last + 1)
+			p := storedAt(3000, 950+next, 500+2*next)
+			e.mu.Lock()
+			e.buf[next] = p
+			e.mu.Unlock()
+			sendUntil(t, e, next, p, "the new engine's next batch", func() bool { s := src.Stats(); return s.HasSeq && s.LastSeq == next })
+			if !held(500 + 2*next) {
+				t.Errorf("the new engine's block of batch %d is missing", next)
+			}
+			if s := src.Stats(); s.Resets != 1 || s.Clears != 1 {
+				t.Errorf("%d resets and %d clears, want one each", s.Resets, s.Clears)
+			}
 		})
 	}
 }
