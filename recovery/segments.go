@@ -78,17 +78,14 @@ func findGaps(dir string) ([]walGap, error) {
 		case !ok:
 			// tidwall/wal reads a segment before the last whole, and a
 			// break anywhere in it fails every one of its entries.
-			gaps = append(gaps, walGap{From: s.index, To: next.index - 1, Keep: s.index + min(n, wal.ValidPrefix(b, s.index)) - 1, Stray: stray, Broken: true, Desc: fmt.Sprintf(
-				"segment %s: framing breaks at byte %d of %d after %d entries: its entries %d..%d are unreadable%s",
-				s.name, off, len(b), n, s.index, next.index-1, wal.StrayNote(stray))})
+			gaps = append(gaps, walGap{From: s.index, To: next.index - 1, Keep: s.index + min(n, wal.ValidPrefix(b, s.index)) - 1, Stray: stray, Broken: true,
+				Desc: wal.BrokenSegmentDesc(s.name, off, len(b), n, s.index, next.index, stray)})
 		case end < next.index:
-			gaps = append(gaps, walGap{From: end, To: next.index - 1, Keep: end - 1, Desc: fmt.Sprintf(
-				"gap: segment %s holds entries %d..%d but the next segment %s starts at %d: entries %d..%d are missing",
-				s.name, s.index, end-1, next.name, next.index, end, next.index-1)})
+			gaps = append(gaps, walGap{From: end, To: next.index - 1, Keep: end - 1,
+				Desc: wal.SegmentsGapDesc(s.name, s.index, end, next.name, next.index, 0)})
 		case end > next.index:
-			gaps = append(gaps, walGap{From: next.index, To: end - 1, Keep: next.index - 1, Stray: stray, Desc: fmt.Sprintf(
-				"overlap: segment %s holds entries %d..%d but the next segment %s starts at %d%s",
-				s.name, s.index, end-1, next.name, next.index, wal.StrayNote(stray))})
+			gaps = append(gaps, walGap{From: next.index, To: end - 1, Keep: next.index - 1, Stray: stray,
+				Desc: wal.SegmentsGapDesc(s.name, s.index, end, next.name, next.index, stray)})
 		}
 	}
 	return gaps, nil

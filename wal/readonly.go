@@ -299,17 +299,15 @@ func walkOnce(dir string, from, to uint64, fn func(Entry) error) (lay Layout, va
 			switch {
 			case next < s.index:
 				prev := segs[si-1].name
-				g := Gap{From: next, To: s.index - 1, Keep: next - 1, Desc: fmt.Sprintf(
-					"gap: segment %s ends before entry %d but the next segment %s starts at %d: entries %d..%d are missing",
-					prev, next, s.name, s.index, next, s.index-1)}
+				g := Gap{From: next, To: s.index - 1, Keep: next - 1,
+					Desc: SegmentsGapDesc(prev, segs[si-1].index, next, s.name, s.index, 0)}
 				lay.Gaps = append(lay.Gaps, g)
 				if inRange(g.From, g.To) {
 					fail("%s", g.Desc)
 				}
 			case next > s.index:
-				g := Gap{From: s.index, To: next - 1, Keep: s.index - 1, Stray: prevStray, Desc: fmt.Sprintf(
-					"overlap: the segment before %s holds entries up to %d but %s starts at %d%s",
-					s.name, next-1, s.name, s.index, StrayNote(prevStray))}
+				g := Gap{From: s.index, To: next - 1, Keep: s.index - 1, Stray: prevStray,
+					Desc: SegmentsGapDesc(segs[si-1].name, segs[si-1].index, next, s.name, s.index, prevStray)}
 				lay.Gaps = append(lay.Gaps, g)
 				if inRange(g.From, g.To) {
 					fail("%s", g.Desc)
@@ -329,9 +327,8 @@ func walkOnce(dir string, from, to uint64, fn func(Entry) error) (lay Layout, va
 				lay.Damage = append(lay.Damage, Damage{Segment: s.name, Offset: int64(boff), Index: s.index,
 					Desc: fmt.Sprintf("tidwall/wal framing breaks at byte %d of %d after %d whole entries: tidwall/wal reads the segment whole, so none of them can be read", boff, len(data), whole)})
 				stray := StrayBytes(data, s.index, end)
-				g := Gap{From: s.index, To: end - 1, Keep: s.index + min(whole, ValidPrefix(data, s.index)) - 1, Stray: stray, Broken: true, Desc: fmt.Sprintf(
-					"segment %s: framing breaks at byte %d of %d after %d whole entries: entries %d..%d unreadable (tidwall/wal reads a segment whole)%s",
-					s.name, boff, len(data), whole, s.index, end-1, StrayNote(stray))}
+				g := Gap{From: s.index, To: end - 1, Keep: s.index + min(whole, ValidPrefix(data, s.index)) - 1, Stray: stray, Broken: true,
+					Desc: BrokenSegmentDesc(s.name, boff, len(data), whole, s.index, end, stray)}
 				lay.Gaps = append(lay.Gaps, g)
 				if inRange(g.From, g.To) {
 					fail("%s", g.Desc)

@@ -92,3 +92,27 @@ func RepairTrimStray(dir, backupDir string) (trimmed []TrimmedSegment, err error
 	}
 	return trimmed, syncDir(dir)
 }
+
+// SegmentsGapDesc describes the entries between segment prev, whose
+// entries run prevFirst..end-1, and the next segment next, which starts at
+// nextFirst != end: missing (end < nextFirst) or held twice (an overlap;
+// stray is the previous segment's stray bytes, see [StrayBytes]).
+// [Inspect] and recovery describe a gap alike with it.
+func SegmentsGapDesc(prev string, prevFirst, end uint64, next string, nextFirst uint64, stray int64) string {
+	if end < nextFirst {
+		return fmt.Sprintf("gap: segment %s holds entries %d..%d but the next segment %s starts at %d: entries %d..%d are missing",
+			prev, prevFirst, end-1, next, nextFirst, end, nextFirst-1)
+	}
+	return fmt.Sprintf("overlap: segment %s holds entries %d..%d but the next segment %s starts at %d%s",
+		prev, prevFirst, end-1, next, nextFirst, StrayNote(stray))
+}
+
+// BrokenSegmentDesc describes segment name, first..next-1, whose
+// tidwall/wal framing breaks at byte off of size after whole entries (see
+// [Frames]): tidwall/wal reads a segment other than the last whole, so
+// none of its entries can be read. [Inspect] and recovery describe such a
+// segment alike with it.
+func BrokenSegmentDesc(name string, off, size int, whole, first, next uint64, stray int64) string {
+	return fmt.Sprintf("segment %s: framing breaks at byte %d of %d after %d whole entries: entries %d..%d unreadable (tidwall/wal reads a segment whole)%s",
+		name, off, size, whole, first, next-1, StrayNote(stray))
+}
