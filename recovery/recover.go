@@ -30,7 +30,7 @@ func (s *Store) recover(ctx context.Context) error {
 		return err
 	}
 	first, last := r.FirstIndex, r.LastIndex
-	gaps, err := findGaps(filepath.Join(s.dir, WALDirName))
+	gaps, err := findGaps(ctx, filepath.Join(s.dir, WALDirName))
 	if err != nil {
 		return err
 	}
@@ -140,7 +140,7 @@ func (s *Store) recover(ctx context.Context) error {
 				s.logger.Warn("damaged snapshots not moved aside", "err", merr)
 			}
 		}
-		return fmt.Errorf("data dir %s: replay: %w (%s)", s.dir, DamageErr(s.dir, err), s.found(snaps, gaps))
+		return fmt.Errorf("data dir %s: replay: %w (%s)", s.dir, DamageErr(ctx, s.dir, err), s.found(snaps, gaps))
 	}
 	return s.moveAside(damaged)
 }

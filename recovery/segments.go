@@ -1,6 +1,7 @@
 package recovery
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -56,13 +57,19 @@ func listSegments(dir string) ([]segment, error) {
 // next begins: tidwall/wal does not check it, and reading an entry of a
 // missing segment makes it panic. It reads every non-tail segment's
 // framing (not the entries' checksums: replay checks those).
-func findGaps(dir string) ([]walGap, error) {
+//
+// It reads every such segment whole: on a large WAL that takes seconds,
+// and it returns ctx's error once ctx is done.
+func findGaps(ctx context.Context, dir string) ([]walGap, error) {
 	segs, err := listSegments(dir)
 	if err != nil {
 		return nil, err
 	}
 	var gaps []walGap
 	for i := 0; i+1 < len(segs); i++ {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		s, next := segs[i], segs[i+1]
 		b, err := os.ReadFile(filepath.Join(dir, s.name))
 		if err != nil {

@@ -219,7 +219,7 @@ func Open(ctx context.Context, dir string, opts Options) (_ *Store, err error) {
 			return nil, &refusal{msg: fmt.Sprintf("data dir %s: refusing to start: %s", dir, missingTailRefusal(dir, mt)),
 				err: fmt.Errorf("%w: %w", ErrUnrecoverable, err)}
 		}
-		if msg := DamageRefusal(dir, err); msg != "" {
+		if msg := DamageRefusal(ctx, dir, err); msg != "" {
 			return nil, &refusal{msg: fmt.Sprintf("data dir %s: %s: %v", dir, msg, wal.ErrCorrupt), err: err}
 		}
 		return nil, fmt.Errorf("data dir %s: %w", dir, err)
@@ -545,7 +545,11 @@ func (s *Store) Close() error {
 // after the damage, which the WAL's own message names, would end the log
 // before that snapshot, and kvidx wal repair refuses it. Recovery's refusal
 // and the offline tools that predict it use it alike.
-func DamageRefusal(dataDir string, err error) string {
+//
+// The snapshots past the damage are verified whole, which takes a while
+// for large ones: once ctx is done, the ones not yet verified are not, and
+// the message says so (a SIGINT to kvidx serve waited for every one).
+func DamageRefusal(ctx context.Context, dataDir string, err error) string {
 	var (
 		de      *wal.DamageError
 		ee      *wal.EntryError
@@ -589,7 +593,18 @@ func DamageRefusal(dataDir string, err error) string {
 			// The repair verifies the snapshot's name against its meta.
 			index, rename = m, fmt.Sprintf("rename it %s, then ", snapshot.FileName(m))
 		}
-		if err := VerifySnapshot(context.Background(), c.Path); err != nil {
+		interrupted := func() string {
+			return fmt.Sprintf("%s; snapshot %s, past the damage, was not verified (interrupted): a cut after the damage would end the log before it, which kvidx refuses; "+
+				"kvidx recover --data-dir %s --dry-run names the repair",
+				explain(dataDir), filepath.Base(c.Path), wal.ShellArg(dataDir))
+		}
+		if ctx.Err() != nil {
+			return interrupted()
+		}
+		if err := VerifySnapshot(ctx, c.Path); err != nil {
+			if ctx.Err() != nil {
+				return interrupted()
+			}
 			if !SnapshotDamaged(c.Path, err) {
 				// Not known damaged (found by review: the cut renamed a
 				// newer build's snapshot and dropped entries it held).
@@ -655,8 +670,8 @@ func missingTailRefusal(dataDir string, mt *wal.MissingTailError) string {
 
 // DamageErr is err explained by [DamageRefusal] when it is damage inside the
 // WAL of dataDir (errors.Is and errors.As still see err), else err.
-func DamageErr(dataDir string, err error) error {
-	if msg := DamageRefusal(dataDir, err); msg != "" {
+func DamageErr(ctx context.Context, dataDir string, err error) error {
+	if msg := DamageRefusal(ctx, dataDir, err); msg != "" {
 		return &refusal{msg: msg, err: err}
 	}
 	return err

@@ -89,8 +89,8 @@ func isDataDir(path string) (bool, error) {
 
 // refusalText is what a restart of dir would say of err, a failure to open
 // its WAL: with the repair to run, for damage inside the log.
-func refusalText(dir string, err error) string {
-	if msg := recovery.DamageRefusal(dir, err); msg != "" {
+func refusalText(ctx context.Context, dir string, err error) string {
+	if msg := recovery.DamageRefusal(ctx, dir, err); msg != "" {
 		return msg
 	}
 	return err.Error()
@@ -177,7 +177,7 @@ func planRecoveryRead(ctx context.Context, dir string, load bool, progress io.Wr
 		return p, nil, nil
 	}
 	if lerr != nil {
-		w.OpenRefusal = refusalText(dir, lerr)
+		w.OpenRefusal = refusalText(ctx, dir, lerr)
 		p.Refusal = "the WAL cannot be opened: " + w.OpenRefusal
 		return p, nil, nil
 	}
@@ -286,7 +286,7 @@ func planRecoveryRead(ctx context.Context, dir string, load bool, progress io.Wr
 			if d.Index >= from && d.Index <= last {
 				// With the repair a restart's refusal names.
 				ee := &wal.EntryError{Dir: p.walDir, Segment: d.Segment, Offset: d.Offset, Entry: d.Index, Err: d.Err()}
-				p.Refusal = "replay would fail: " + recovery.DamageRefusal(dir, ee)
+				p.Refusal = "replay would fail: " + recovery.DamageRefusal(ctx, dir, ee)
 				return p, nil, nil
 			}
 		}

@@ -92,7 +92,7 @@ file and byte offset.`,
 				err = fmt.Errorf("writing: %w", ferr)
 			}
 			if err != nil {
-				return fmt.Errorf("wal dump: %w", recovery.DamageErr(args[0], err))
+				return fmt.Errorf("wal dump: %w", recovery.DamageErr(cmd.Context(), args[0], err))
 			}
 			// Damage past the range does not fail a dump (it salvages what
 			// lies before it), but the operator must not miss it: each
@@ -250,7 +250,7 @@ them stops at: 0 means every entry in the range is readable.`,
 				st.Damage = append(st.Damage, d.String())
 			}
 			if err != nil {
-				st.OpenRefusal = refusalText(args[0], err)
+				st.OpenRefusal = refusalText(cmd.Context(), args[0], err)
 			}
 			out := cmd.OutOrStdout()
 			var werr error
@@ -263,7 +263,7 @@ them stops at: 0 means every entry in the range is readable.`,
 				return werr
 			}
 			if err != nil {
-				return &exitError{code: 1, err: fmt.Errorf("wal stat: %w", recovery.DamageErr(args[0], err))}
+				return &exitError{code: 1, err: fmt.Errorf("wal stat: %w", recovery.DamageErr(cmd.Context(), args[0], err))}
 			}
 			if len(st.Damage)+len(st.Gaps) > 0 {
 				// Open reads only the last segment, so it succeeds; a replay
