@@ -11,9 +11,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -388,6 +390,58 @@ func TestRunListenerFails(t *testing.T) {
 	}
 	if resp, err := get(); err == nil && resp.StatusCode == 200 {
 		t.Fatal("a kept-alive connection was served after Run returned")
+	}
+}
+
+// exhaustedListener fails its first fails Accepts as a listener of a
+// process out of file descriptors does, then accepts.
+type exhaustedListener struct {
+	net.Listener
+	fails atomic.Int32
+}
+
+func (l *exhaustedListener) Accept() (net.Conn, error) {
+	if l.fails.Add(-1) >= 0 {
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Addr: l.Addr(), Err: os.NewSyscallError("accept4", syscall.EMFILE)}
+	}
+	return l.Listener.Accept()
+}
+
+// An Accept that fails for want of file descriptors (a client opening
+// connections until the process has none left) is retried: fasthttp took
+// it as permanent, and Run, then kvidx serve, ended.
+func TestRunSurvivesAcceptErrors(t *testing.T) {
+	srv := New(Config{Logger: quietLogger(), ShutdownTimeout: time.Second})
+	srv.SetStore(newFakeStore())
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inner.Close()
+	ln := &exhaustedListener{Listener: inner}
+	ln.fails.Store(3)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx, ln) }()
+	client := &http.Client{Timeout: 10 * time.Second}
+	resp, err := client.Get("http://" + inner.Addr().String() + "/healthz")
+	if err != nil {
+		select {
+		case runErr := <-done:
+			t.Fatalf("Run ended on a retryable accept error: %v (request: %v)", runErr, err)
+		default:
+			t.Fatal(err)
+		}
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d, want 200", resp.StatusCode)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
 	}
 }
 

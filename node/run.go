@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"sync"
+	"syscall"
+	"time"
 
 	"github.com/kvidx/kvidx/recovery"
 )
@@ -22,6 +25,7 @@ import (
 // not yet received whole (a stalled client) is logged, not a failure.
 func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	fs := s.fastServer()
+	ln = retryListener{ln, s.log}
 	loopCtx, stopLoop := context.WithCancel(ctx)
 	defer stopLoop()
 	var wg sync.WaitGroup
@@ -87,4 +91,40 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// retryListener retries an Accept that failed for want of a resource (file
+// descriptors, kernel buffers, memory) or because the client gave up first,
+// after a pause doubling from 5 ms to 1 s, as net/http's Server does.
+// fasthttp takes any such error as permanent and ends Serve: a client that
+// opened connections until the process ran out of file descriptors ("accept4:
+// too many open files") stopped the node. Meanwhile the connections already
+// open are served, and idle ones end by the read or idle timeout.
+type retryListener struct {
+	net.Listener
+	log *slog.Logger
+}
+
+func (l retryListener) Accept() (net.Conn, error) {
+	var pause time.Duration
+	for {
+		c, err := l.Listener.Accept()
+		if err == nil || !retryableAccept(err) {
+			return c, err
+		}
+		pause = min(max(2*pause, 5*time.Millisecond), time.Second)
+		l.log.Warn("accepting a connection failed; retrying", "err", err, "pause", pause)
+		time.Sleep(pause)
+	}
+}
+
+// retryableAccept tells an Accept error that passes with time from one
+// that ends the listener (closed, or broken).
+func retryableAccept(err error) bool {
+	for _, errno := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.ECONNABORTED} {
+		if errors.Is(err, errno) {
+			return true
+		}
+	}
+	return false
 }
