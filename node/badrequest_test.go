@@ -2,6 +2,7 @@ package node
 
 import (
 	"bytes"
+	"compress/gzip"
 	"errors"
 	"io"
 	"net/http"
@@ -114,5 +115,68 @@ func testBadRequests(t *testing.T, serve func(testing.TB, *Server) string) {
 	r := e.do(t, "POST", "/v1/match", `{"local_hashes":[1,2,3]}`).want(t, 200)
 	if !bytes.Contains(r.body, []byte(`"matched_blocks":3`)) {
 		t.Fatalf("match: %s", r.body)
+	}
+}
+
+// TestContentEncodingRefused: a body in a content coding other than
+// identity gets a 415 naming it, with Accept-Encoding: identity, and
+// changes nothing, on both front ends; a gzipped body was refused as
+// malformed JSON, and a plain one labelled gzip accepted.
+func TestContentEncodingRefused(t *testing.T) {
+	for _, front := range fronts {
+		t.Run(front.name, func(t *testing.T) {
+			e := newEnvWith(t, Config{}, front.serve)
+			var gz bytes.Buffer
+			zw := gzip.NewWriter(&gz)
+			if _, err := zw.Write([]byte(stored(0, 1, "null", 1, 2))); err != nil {
+				t.Fatal(err)
+			}
+			if err := zw.Close(); err != nil {
+				t.Fatal(err)
+			}
+			cases := []struct {
+				name, path, body string
+				encodings        []string
+				code             int
+			}{
+				{"gzip events", "/v1/events", gz.String(), []string{"gzip"}, 415},
+				{"plain events labelled br", "/v1/events", stored(0, 1, "null", 1, 2), []string{"br"}, 415},
+				{"plain events labelled identity, gzip", "/v1/events", stored(0, 1, "null", 1, 2), []string{"identity, gzip"}, 415},
+				{"two headers", "/v1/events", stored(0, 1, "null", 1, 2), []string{"identity", "deflate"}, 415},
+				{"match labelled gzip", "/v1/match", `{"local_hashes":[1]}`, []string{"GZIP"}, 415},
+				{"escaped events path", "/v1/%65vents", stored(0, 1, "null", 1, 2), []string{"gzip"}, 415},
+				{"identity", "/v1/match", `{"local_hashes":[1]}`, []string{"Identity"}, 200},
+			}
+			for _, c := range cases {
+				t.Run(c.name, func(t *testing.T) {
+					before := e.store.ix.Stats()
+					appends, _ := e.store.counts()
+					req, err := http.NewRequest("POST", e.url+c.path, strings.NewReader(c.body))
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, v := range c.encodings {
+						req.Header.Add("Content-Encoding", v)
+					}
+					r := e.send(t, req).want(t, c.code)
+					if a, _ := e.store.counts(); a != appends || e.store.ix.Stats() != before {
+						t.Errorf("request changed the store: appends %d -> %d", appends, a)
+					}
+					if c.code != 415 {
+						return
+					}
+					var eb struct {
+						Error string `json:"error"`
+					}
+					r.decode(t, &eb)
+					if !strings.Contains(eb.Error, "Content-Encoding") || !strings.Contains(eb.Error, "uncompressed") {
+						t.Errorf("error %q", eb.Error)
+					}
+					if got := r.header.Get("Accept-Encoding"); got != "identity" {
+						t.Errorf("Accept-Encoding %q, want identity", got)
+					}
+				})
+			}
+		})
 	}
 }

@@ -49,6 +49,11 @@ func (s *Server) fastServer() *fasthttp.Server {
 				defer release()
 				ctx.SetUserValue(admittedKey{}, true)
 			}
+			if rep, bad := unsupportedFastEncoding(ctx); bad {
+				ctx.SetConnectionClose() // the body stays unread
+				s.sendFast(ctx, routeOf(ctx), rep)
+				return
+			}
 			buf, rep, ok := s.readFastBody(ctx)
 			if !ok {
 				// What is left of the body stays unread: the connection
@@ -98,6 +103,10 @@ func (s *Server) fastServer() *fasthttp.Server {
 				s.sendFast(ctx, routeOf(ctx), tooLarge(n, s.cfg.MaxBodyBytes))
 				return http.StatusRequestEntityTooLarge
 			}
+			if rep, bad := unsupportedFastEncoding(ctx); bad {
+				s.sendFast(ctx, routeOf(ctx), rep)
+				return http.StatusUnsupportedMediaType
+			}
 			// An event post the server would not admit now is refused
 			// before its client sends the body, as net/http does.
 			if isEventPost(ctx) {
@@ -141,6 +150,19 @@ func (s *Server) readFastBody(ctx *fasthttp.RequestCtx) (*bytes.Buffer, reply, b
 	return s.readBodyFrom(body, declared)
 }
 
+// unsupportedFastEncoding is unsupportedEncoding for the routes fasthttp
+// answers itself (net/http's readBody checks the others).
+func unsupportedFastEncoding(ctx *fasthttp.RequestCtx) (reply, bool) {
+	if !ctx.IsPost() || routeOf(ctx) == "other" {
+		return reply{}, false
+	}
+	var codings []string
+	for _, v := range ctx.Request.Header.PeekAll("Content-Encoding") {
+		codings = append(codings, string(v))
+	}
+	return unsupportedEncoding(codings)
+}
+
 // overLimitHeader carries the declared length of a body over the limit
 // from HeaderReceived, which declares the body empty, to the handler.
 const overLimitHeader = "X-Kvidx-Declared-Over-Limit"
@@ -177,6 +199,9 @@ func (s *Server) sendFast(ctx *fasthttp.RequestCtx, route string, r reply) {
 	ctx.SetContentType("application/json")
 	if r.retryAfter {
 		ctx.Response.Header.Set("Retry-After", "1")
+	}
+	if r.identity {
+		ctx.Response.Header.Set("Accept-Encoding", "identity")
 	}
 	ctx.SetBody(r.body)
 	s.countRequest(route, r.code)

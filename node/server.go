@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"path"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -298,6 +299,7 @@ type reply struct {
 	code       int
 	body       []byte // JSON, newline-terminated
 	retryAfter bool   // send "Retry-After: 1"
+	identity   bool   // send "Accept-Encoding: identity"
 }
 
 // errorReply is code with {"error":msg}.
@@ -318,6 +320,9 @@ func retryReply(msg string) reply {
 func (r reply) write(w http.ResponseWriter) {
 	if r.retryAfter {
 		w.Header().Set("Retry-After", "1")
+	}
+	if r.identity {
+		w.Header().Set("Accept-Encoding", "identity")
 	}
 	writeJSON(w, r.code, r.body)
 }
@@ -439,9 +444,33 @@ func (s *Server) bodyHandler(answer func(body []byte) reply) http.HandlerFunc {
 	}
 }
 
+// unsupportedEncoding is the 415 for a body in a content coding other than
+// identity (the values of its Content-Encoding headers), unread: bodies are
+// read as sent, and a gzipped one was refused as malformed JSON
+// ("unexpected '\x1f'"), or, sent plain under a coding it was not in,
+// accepted.
+func unsupportedEncoding(codings []string) (reply, bool) {
+	for _, v := range codings {
+		for c := range strings.SplitSeq(v, ",") {
+			if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
+				r := errorReply(http.StatusUnsupportedMediaType,
+					fmt.Sprintf("Content-Encoding %q is not supported: send the body uncompressed", c))
+				r.identity = true
+				return r, true
+			}
+		}
+	}
+	return reply{}, false
+}
+
 // readBody reads r's body into a pooled buffer (return it with putBuf),
 // answering as readBodyFrom does. ok is false when an answer was written.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (buf *bytes.Buffer, ok bool) {
+	if rep, bad := unsupportedEncoding(r.Header.Values("Content-Encoding")); bad {
+		w.Header().Set("Connection", "close") // the body stays unread
+		rep.write(w)
+		return nil, false
+	}
 	buf, rep, ok := s.readBodyFrom(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), r.ContentLength)
 	if !ok {
 		if rep.code == http.StatusRequestEntityTooLarge {
