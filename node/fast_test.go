@@ -108,6 +108,41 @@ func TestUncleanPathIsNotFound(t *testing.T) {
 	}
 }
 
+// A request target that is no path ("*", as in OPTIONS *) is not the
+// API's either: a JSON 404 (or fasthttp's own 400), not the mux's redirect
+// to "/%2A".
+func TestAsteriskTargetIsNotFound(t *testing.T) {
+	for _, front := range fronts {
+		t.Run(front.name, func(t *testing.T) {
+			e := newEnvWith(t, DefaultConfig(), front.serve)
+			for _, method := range []string{"GET", "POST", "OPTIONS"} {
+				conn, err := net.Dial("tcp", strings.TrimPrefix(e.url, "http://"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Close()
+				if _, err := fmt.Fprintf(conn, "%s * HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", method); err != nil {
+					t.Fatal(err)
+				}
+				conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+				resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+				if err != nil {
+					t.Fatalf("%s *: %v", method, err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if method == "OPTIONS" && front.name == "net_http" && resp.StatusCode == http.StatusOK {
+					continue // net/http answers OPTIONS * itself
+				}
+				// fasthttp itself refuses "*" but with OPTIONS (a 400).
+				if resp.StatusCode != http.StatusNotFound && resp.StatusCode != http.StatusBadRequest || resp.Header.Get("Location") != "" || !strings.Contains(string(body), `"error":`) {
+					t.Errorf("%s *: %d Location %q %s", method, resp.StatusCode, resp.Header.Get("Location"), body)
+				}
+			}
+		})
+	}
+}
+
 // TestStalledBodyTimesOut: a body that stops arriving past what fasthttp
 // reads ahead ends in a JSON 408 and a closed connection.
 func TestStalledBodyTimesOut(t *testing.T) {

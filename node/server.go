@@ -192,9 +192,9 @@ func (s *Server) currentStore() Store {
 // ServeHTTP serves the API. Unknown paths get a JSON 404, a known path with
 // the wrong method a JSON 405 with an Allow header.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if p := r.URL.Path; path.Clean(p) != p {
-		// The mux would redirect ("//v1/match", "/v1/../v1/stats") with
-		// an HTML body; the API has no such paths.
+	if p := r.URL.Path; !strings.HasPrefix(p, "/") || path.Clean(p) != p {
+		// The mux would redirect ("//v1/match", "/v1/../v1/stats", "*"
+		// of OPTIONS *) with an HTML body; the API has no such paths.
 		s.countRequest("other", http.StatusNotFound)
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such path: %s", p))
 		return
