@@ -33,6 +33,12 @@ type Config struct {
 	// ShutdownTimeout bounds the wait for in-flight requests at shutdown;
 	// default 30s.
 	ShutdownTimeout time.Duration
+	// MaxConns bounds the connections served at once (--max-conns); one
+	// past it is answered a plain-text 503 and closed. Default: the
+	// process's open-file limit less a reserve of an eighth of it (at
+	// least 256) for the WAL, snapshots and event sources, so that idle
+	// connections cannot take the descriptors the WAL needs.
+	MaxConns int
 	// ReadTimeout (a whole request, header and body), WriteTimeout and
 	// IdleTimeout (a keep-alive connection between requests) bound the
 	// HTTP server's connections; defaults 60s, 60s, 120s.
@@ -47,6 +53,7 @@ func DefaultConfig() Config {
 		MaxBodyBytes:          16 << 20,
 		MaxEventBytesInFlight: 256 << 20,
 		DefaultBlockSize:      16,
+		MaxConns:              maxConnsFor(openFileLimit()),
 		SnapshotEveryEvents:   1_000_000,
 		SnapshotInterval:      10 * time.Minute,
 		SnapshotRetry:         30 * time.Second,
@@ -63,6 +70,7 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.MaxBodyBytes, d.MaxBodyBytes)
 	setDefault(&c.MaxEventBytesInFlight, d.MaxEventBytesInFlight)
 	setDefault(&c.DefaultBlockSize, d.DefaultBlockSize)
+	setDefault(&c.MaxConns, d.MaxConns)
 	setDefault(&c.SnapshotRetry, d.SnapshotRetry)
 	setDefault(&c.ShutdownTimeout, d.ShutdownTimeout)
 	setDefault(&c.ReadTimeout, d.ReadTimeout)

@@ -117,6 +117,8 @@ func (s *Server) fastServer() *fasthttp.Server {
 			}
 			return http.StatusContinue
 		},
+		// A connection past MaxConns gets fasthttp's plain-text 503.
+		Concurrency:        s.cfg.MaxConns,
 		MaxRequestBodySize: int(min(s.cfg.MaxBodyBytes, int64(^uint(0)>>1))),
 		// The handler reads bodies itself (readFastBody): fasthttp would
 		// reserve a body's whole declared length before any of it came.

@@ -36,6 +36,7 @@ type serveFlags struct {
 	logFormat      string
 	maxBodyBytes   int64
 	maxInflight    int64
+	maxConns       int
 	finalSnapshot  bool
 	natsURL        string
 	natsStream     string
@@ -132,6 +133,7 @@ name in upper case with _ for -, e.g. KVIDX_DATA_DIR=/var/lib/kvidx
 	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fl.Int64Var(&f.maxBodyBytes, "max-body-bytes", 16<<20, "largest request body accepted")
 	fl.Int64Var(&f.maxInflight, "max-inflight-event-bytes", 256<<20, "bytes of event post bodies read, decoded and appended at once (each post holds a few times its body in memory); a post past it answers 503 with Retry-After")
+	fl.IntVar(&f.maxConns, "max-conns", 0, "connections served at once; one past it gets a 503 and is closed (0: the open-file limit less an eighth, at least 256, kept for the WAL, snapshots and event sources)")
 	fl.BoolVar(&f.finalSnapshot, "final-snapshot", true, "take a snapshot at shutdown when the index changed since the last one")
 	fl.StringArrayVar(&f.zmq, "zmq", nil, "consume a vLLM engine's KV events: tcp://HOST:5557=WORKER_ID[,replay=tcp://HOST:5558] (repeatable)")
 	fl.StringVar(&f.natsURL, "nats-url", "", "consume KV events from this NATS server's JetStream stream (e.g. nats://127.0.0.1:4222)")
@@ -234,6 +236,8 @@ func (f serveFlags) check() error {
 		return fmt.Errorf("serve: --max-body-bytes %d: want at least 1", f.maxBodyBytes)
 	case f.maxInflight < 1:
 		return fmt.Errorf("serve: --max-inflight-event-bytes %d: want at least 1", f.maxInflight)
+	case f.maxConns < 0:
+		return fmt.Errorf("serve: --max-conns %d: want 0 (from the open-file limit) or more", f.maxConns)
 	case f.natsFetchBytes < 1:
 		return fmt.Errorf("serve: --nats-fetch-max-bytes %d: want at least 1", f.natsFetchBytes)
 	case f.syncInterval <= 0:
@@ -327,6 +331,9 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	cfg := node.DefaultConfig()
 	cfg.MaxBodyBytes = f.maxBodyBytes
 	cfg.MaxEventBytesInFlight = f.maxInflight
+	if f.maxConns > 0 {
+		cfg.MaxConns = f.maxConns
+	}
 	cfg.DefaultBlockSize = f.blockSize
 	cfg.SnapshotEveryEvents = f.snapshotEvents
 	cfg.SnapshotInterval = f.snapshotEvery
