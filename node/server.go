@@ -369,7 +369,7 @@ func (s *Server) admitEvents(declared int64) (release func(), rep reply, ok bool
 	n := s.eventCharge(declared)
 	if total := s.eventBytes.Add(n); total > s.cfg.MaxEventBytesInFlight && total != n {
 		s.eventBytes.Add(-n)
-		return nil, s.overloadedEvents(total - n), false
+		return nil, s.overloadedEvents(total-n, n), false
 	}
 	return func() { s.eventBytes.Add(-n) }, reply{}, true
 }
@@ -389,9 +389,12 @@ func (s *Server) eventCharge(declared int64) int64 {
 	return s.cfg.MaxBodyBytes
 }
 
-func (s *Server) overloadedEvents(inFlight int64) reply {
-	return retryReply(fmt.Sprintf("overloaded, retry later: event posts of %d bytes in all are in flight (the limit is %d)",
-		inFlight, s.cfg.MaxEventBytesInFlight))
+// overloadedEvents is the 503 for a post charged charge bytes while posts
+// of inFlight bytes are in flight: naming only the bytes in flight, under
+// the limit, read as if the server refused posts below it.
+func (s *Server) overloadedEvents(inFlight, charge int64) reply {
+	return retryReply(fmt.Sprintf("overloaded, retry later: event posts of %d bytes in all are in flight, and this one's %d bytes would pass the limit of %d",
+		inFlight, charge, s.cfg.MaxEventBytesInFlight))
 }
 
 // wouldAdmitEvents tells, without admitting it (or taking any of the
@@ -401,7 +404,7 @@ func (s *Server) overloadedEvents(inFlight int64) reply {
 func (s *Server) wouldAdmitEvents(declared int64) (reply, bool) {
 	cur := s.eventBytes.Load()
 	if cur > 0 && cur+s.eventCharge(declared) > s.cfg.MaxEventBytesInFlight {
-		return s.overloadedEvents(cur), false
+		return s.overloadedEvents(cur, s.eventCharge(declared)), false
 	}
 	return reply{}, true
 }
