@@ -21,6 +21,16 @@ func TestMaxConnsFor(t *testing.T) {
 		{1024, 768},
 		{300, 150},
 		{1, 1},
+		{255, 127},
+		{256, 128},
+		{257, 128},
+		{512, 256},
+		// Past fasthttp's default the reserve is still an eighth: a limit
+		// just past it was given all of it but one descriptor.
+		{fasthttpMaxConns, fasthttpMaxConns - fasthttpMaxConns/8},
+		{fasthttpMaxConns + 1, fasthttpMaxConns + 1 - fasthttpMaxConns/8},
+		{fasthttpMaxConns + fasthttpMaxConns/4, fasthttpMaxConns},
+		{1 << 63, fasthttpMaxConns},
 	}
 	for _, c := range cases {
 		if got := maxConnsFor(c.openFiles); got != c.want {
