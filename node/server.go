@@ -367,9 +367,12 @@ func tooLarge(length, limit int64) reply {
 // the bytes; a refused post gets a 503 with Retry-After.
 func (s *Server) admitEvents(declared int64) (release func(), rep reply, ok bool) {
 	n := s.eventCharge(declared)
-	if total := s.eventBytes.Add(n); total > s.cfg.MaxEventBytesInFlight && total != n {
+	// A post charged nothing (its body is refused by size, or empty) gets
+	// in even while a post alone holds more than the limit (found by
+	// review: a body over MaxBodyBytes was told to retry, a 503, then).
+	if total := s.eventBytes.Add(n); n > 0 && total > s.cfg.MaxEventBytesInFlight && total != n {
 		s.eventBytes.Add(-n)
-		return nil, s.overloadedEvents(total-n, n), false
+		return nil, s.overloadedEvents(total-n, declared), false
 	}
 	return func() { s.eventBytes.Add(-n) }, reply{}, true
 }
@@ -389,12 +392,19 @@ func (s *Server) eventCharge(declared int64) int64 {
 	return s.cfg.MaxBodyBytes
 }
 
-// overloadedEvents is the 503 for a post charged charge bytes while posts
-// of inFlight bytes are in flight: naming only the bytes in flight, under
-// the limit, read as if the server refused posts below it.
-func (s *Server) overloadedEvents(inFlight, charge int64) reply {
-	return retryReply(fmt.Sprintf("overloaded, retry later: event posts of %d bytes in all are in flight, and this one's %d bytes would pass the limit of %d",
-		inFlight, charge, s.cfg.MaxEventBytesInFlight))
+// overloadedEvents is the 503 for a post of declared body length (-1:
+// unknown) while posts of inFlight bytes are in flight: naming only the
+// bytes in flight, under the limit, read as if the server refused posts
+// below it. A post of unknown length is told what it is charged, the
+// largest body (found by review: a small chunked post was told its bytes
+// were MaxBodyBytes).
+func (s *Server) overloadedEvents(inFlight, declared int64) reply {
+	this := fmt.Sprintf("this one's %d bytes", declared)
+	if declared < 0 {
+		this = fmt.Sprintf("this one, of unknown length (chunked), is counted as the largest body, %d bytes, and", s.eventCharge(declared))
+	}
+	return retryReply(fmt.Sprintf("overloaded, retry later: event posts of %d bytes in all are in flight, and %s would pass the limit of %d",
+		inFlight, this, s.cfg.MaxEventBytesInFlight))
 }
 
 // wouldAdmitEvents tells, without admitting it (or taking any of the
@@ -403,8 +413,8 @@ func (s *Server) overloadedEvents(inFlight, charge int64) reply {
 // "Expect: 100-continue" post is refused before its client sends the body.
 func (s *Server) wouldAdmitEvents(declared int64) (reply, bool) {
 	cur := s.eventBytes.Load()
-	if cur > 0 && cur+s.eventCharge(declared) > s.cfg.MaxEventBytesInFlight {
-		return s.overloadedEvents(cur, s.eventCharge(declared)), false
+	if n := s.eventCharge(declared); n > 0 && cur > 0 && cur+n > s.cfg.MaxEventBytesInFlight {
+		return s.overloadedEvents(cur, declared), false
 	}
 	return reply{}, true
 }

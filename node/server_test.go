@@ -830,3 +830,61 @@ func TestWouldAdmitTakesNothing(t *testing.T) {
 	close(stop)
 	<-done
 }
+
+// With a post larger than MaxEventBytesInFlight in flight alone (one post
+// is always admitted), a post declared over MaxBodyBytes still gets its
+// 413, not a 503 telling it to retry what never fits, and a chunked post is
+// told it is counted as the largest body, not that its bytes are that many
+// (found by review).
+func TestEventAdmissionPastTheLimit(t *testing.T) {
+	for _, front := range fronts {
+		t.Run(front.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.MaxEventBytesInFlight = 1000
+			cfg.MaxBodyBytes = 4000
+			e := newEnvWith(t, cfg, front.serve)
+			e.store.hold = make(chan struct{})
+			line := `{"worker_id":1,"event":{"event_id":1,"dp_rank":0,"data":"cleared"}}` + "\n"
+			first := make(chan response, 1)
+			go func() { first <- e.do(t, "POST", "/v1/events", strings.Repeat(line, 2000/len(line))) }()
+			t.Cleanup(func() { close(e.store.hold); <-first })
+			for deadline := time.Now().Add(10 * time.Second); e.srv.eventBytes.Load() <= cfg.MaxEventBytesInFlight; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the first post never got in")
+				}
+			}
+			addr := strings.TrimPrefix(e.url, "http://")
+			for _, tt := range []struct {
+				name, req string
+				code      int
+				want      string
+			}{
+				{"declared over the body limit", "POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n", 413, "exceeds the limit of 4000"},
+				{"expect, over the body limit", "POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\nExpect: 100-continue\r\n\r\n", 413, "exceeds the limit of 4000"},
+				{"chunked", "POST /v1/events HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", 503, "of unknown length (chunked), is counted as the largest body, 4000 bytes"},
+				{"declared", "POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello", 503, "this one's 5 bytes would pass the limit of 1000"},
+			} {
+				t.Run(tt.name, func(t *testing.T) {
+					c, err := net.Dial("tcp", addr)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer c.Close()
+					if _, err := io.WriteString(c, tt.req); err != nil {
+						t.Fatal(err)
+					}
+					c.SetReadDeadline(time.Now().Add(10 * time.Second))
+					resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					body, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != tt.code || !strings.Contains(string(body), tt.want) {
+						t.Errorf("answer %d %s, want %d with %q", resp.StatusCode, body, tt.code, tt.want)
+					}
+				})
+			}
+		})
+	}
+}
