@@ -380,26 +380,33 @@ func repairDataDir(t *testing.T, n int, snapAfter ...int) (string, recovery.Opti
 	return data, opts, evs
 }
 
-// TestWALBehindSnapshotRepair: the WAL lost its last entry, which the
-// newest snapshot holds. A restart refuses and names --truncate-before,
-// and after that repair it starts from the snapshot, appending after it.
-func TestWALBehindSnapshotRepair(t *testing.T) {
-	data, opts, evs := repairDataDir(t, 3, 3)
-	ctx := context.Background()
+// keepFirstEntries cuts the single WAL segment of repairDataDir's data
+// dir after its first n entries, as a lost tail would.
+func keepFirstEntries(t *testing.T, data string, n int) {
+	t.Helper()
 	seg := filepath.Join(data, "wal", fmt.Sprintf("%020d", 1))
 	b, err := os.ReadFile(seg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	off := 0
-	for range 2 {
+	for range n {
 		size, hn := binary.Uvarint(b[off:])
 		off += hn + int(size)
 	}
-	if err := os.WriteFile(seg, b[:off], 0o640); err != nil { // entries 1..2 remain
+	if err := os.WriteFile(seg, b[:off], 0o640); err != nil {
 		t.Fatal(err)
 	}
-	_, err = recovery.Open(ctx, data, opts)
+}
+
+// TestWALBehindSnapshotRepair: the WAL lost its last entry, which the
+// newest snapshot holds. A restart refuses and names --truncate-before,
+// and after that repair it starts from the snapshot, appending after it.
+func TestWALBehindSnapshotRepair(t *testing.T) {
+	data, opts, evs := repairDataDir(t, 3, 3)
+	ctx := context.Background()
+	keepFirstEntries(t, data, 2)
+	_, err := recovery.Open(ctx, data, opts)
 	if !errors.Is(err, recovery.ErrUnrecoverable) || !strings.Contains(err.Error(), "--truncate-before 4 --yes") {
 		t.Fatalf("open: %v, want a refusal naming --truncate-before 4", err)
 	}
@@ -520,19 +527,7 @@ func TestTruncateAfterPastLogEnd(t *testing.T) {
 	})
 	t.Run("a good snapshot past the log's end", func(t *testing.T) {
 		data, opts, _ := repairDataDir(t, 3, 3)
-		seg := filepath.Join(data, "wal", fmt.Sprintf("%020d", 1))
-		b, err := os.ReadFile(seg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		off := 0
-		for range 2 {
-			size, hn := binary.Uvarint(b[off:])
-			off += hn + int(size)
-		}
-		if err := os.WriteFile(seg, b[:off], 0o640); err != nil { // entries 1..2 remain
-			t.Fatal(err)
-		}
+		keepFirstEntries(t, data, 2)
 		if err := os.WriteFile(filepath.Join(data, recovery.SnapshotDirName, snapshot.FileName(9)), []byte("junk\n"), 0o640); err != nil {
 			t.Fatal(err)
 		}
