@@ -556,17 +556,7 @@ func TestOpenCancelledStopsRecovery(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			dir := t.TempDir()
-			s := mustOpen(t, dir, testOptions())
-			for _, b := range batches(8, 1, 300) {
-				mustAppend(t, s, b)
-			}
-			if tt.snapshot {
-				if _, _, err := s.Snapshot(context.Background()); err != nil {
-					t.Fatal(err)
-				}
-			}
-			s.Close()
+			dir := dirOf300Entries(t, tt.snapshot)
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel()
 			opts := testOptions()
@@ -577,13 +567,33 @@ func TestOpenCancelledStopsRecovery(t *testing.T) {
 				}
 				t.Fatalf("Open with a cancelled context: %v, want context.Canceled", err)
 			}
-			s = mustOpen(t, dir, testOptions())
+			s := mustOpen(t, dir, testOptions())
 			defer s.Close()
 			if got, _ := s.Applied(); got != 300 {
 				t.Fatalf("applied index after the stopped recovery: %d, want 300", got)
 			}
 		})
 	}
+}
+
+// dirOf300Entries returns a closed data dir of 300 WAL entries, with a
+// snapshot of them all when snapshot is set.
+func dirOf300Entries(t *testing.T, snapshot bool) string {
+	t.Helper()
+	dir := t.TempDir()
+	s := mustOpen(t, dir, testOptions())
+	for _, b := range batches(8, 1, 300) {
+		mustAppend(t, s, b)
+	}
+	if snapshot {
+		if _, _, err := s.Snapshot(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 // TestProgressLogged: a snapshot load and a WAL replay log their progress
@@ -599,22 +609,12 @@ func TestProgressLogged(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			dir := t.TempDir()
-			s := mustOpen(t, dir, testOptions())
-			for _, b := range batches(8, 1, 300) {
-				mustAppend(t, s, b)
-			}
-			if tt.snapshot {
-				if _, _, err := s.Snapshot(context.Background()); err != nil {
-					t.Fatal(err)
-				}
-			}
-			s.Close()
+			dir := dirOf300Entries(t, tt.snapshot)
 			var buf logbuf.Buffer
 			opts := testOptions()
 			opts.Logger = slog.New(slog.NewTextHandler(&buf, nil))
 			opts.ProgressInterval = time.Nanosecond
-			s = mustOpen(t, dir, opts)
+			s := mustOpen(t, dir, opts)
 			s.Close()
 			out := buf.String()
 			for _, w := range tt.want {
