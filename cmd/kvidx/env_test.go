@@ -2,6 +2,8 @@ package main
 
 import (
 	"errors"
+	"maps"
+	"path/filepath"
 	"slices"
 	"testing"
 
@@ -52,5 +54,39 @@ func TestEnvFlagsExplain(t *testing.T) {
 	}
 	if fromEnv.explain(nil) != nil {
 		t.Error("explain(nil) is not nil")
+	}
+}
+
+// serve takes its own flags from the environment, not the ones cobra adds
+// to them when it runs (--help, the root's --cpuprofile): KVIDX_HELP=maybe
+// refused to start the server, and KVIDX_CPUPROFILE, taken after the
+// profile would have started, made none (found by review).
+func TestServeFlagsFromEnvOwnFlagsOnly(t *testing.T) {
+	root := newRootCmd()
+	serve, _, err := root.Find([]string{"serve"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve.InitDefaultHelpFlag()
+	if err := serve.ParseFlags(nil); err != nil { // merges the root's persistent flags, as a run does
+		t.Fatal(err)
+	}
+	for _, name := range []string{"help", "cpuprofile", "sync"} {
+		if serve.Flags().Lookup(name) == nil {
+			t.Fatalf("serve's flags hold no --%s: the test does not set up what a run sees", name)
+		}
+	}
+	t.Setenv("KVIDX_HELP", "maybe")
+	t.Setenv("KVIDX_CPUPROFILE", filepath.Join(t.TempDir(), "cpu.prof"))
+	t.Setenv("KVIDX_SYNC", "interval")
+	set, err := serveFlagsFromEnv(serve)
+	if err != nil {
+		t.Fatalf("serveFlagsFromEnv: %v", err)
+	}
+	if want := (envFlags{"sync": "KVIDX_SYNC"}); !maps.Equal(set, want) {
+		t.Fatalf("set from the environment: %v, want %v", set, want)
+	}
+	if got := serve.Flags().Lookup("sync").Value.String(); got != "interval" {
+		t.Fatalf("--sync %q, want interval from KVIDX_SYNC", got)
 	}
 }

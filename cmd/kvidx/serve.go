@@ -114,7 +114,7 @@ name in upper case with _ for -, e.g. KVIDX_DATA_DIR=/var/lib/kvidx
   curl -s localhost:8585/v1/match -d '{"local_hashes":[101,102]}'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			fromEnv, err := flagsFromEnv(cmd.Flags())
+			fromEnv, err := serveFlagsFromEnv(cmd)
 			if err != nil {
 				return err
 			}
@@ -144,6 +144,20 @@ name in upper case with _ for -, e.g. KVIDX_DATA_DIR=/var/lib/kvidx
 	fl.IntVar(&f.natsFetchBytes, "nats-fetch-max-bytes", jetstream.DefaultFetchMaxBytes, "bytes of stream messages fetched and appended as one batch, at most (raised to the server's max payload so that any message fits)")
 	fl.BoolVar(&f.natsAllowGap, "nats-allow-gap", false, "continue when stream messages this node never applied are gone (expired, purged, or the stream deleted and recreated)")
 	return cmd
+}
+
+// serveFlagsFromEnv is flagsFromEnv for serve's own flags: not the ones
+// cmd.Flags() also holds once cobra ran, --help and the root's --cpuprofile
+// (KVIDX_HELP=maybe refused to start the server, and KVIDX_CPUPROFILE was
+// taken after the profile would have started, so it made none).
+func serveFlagsFromEnv(cmd *cobra.Command) (envFlags, error) {
+	own := pflag.NewFlagSet(cmd.Name(), pflag.ContinueOnError)
+	cmd.LocalNonPersistentFlags().VisitAll(func(fl *pflag.Flag) {
+		if fl.Name != "help" {
+			own.AddFlag(fl)
+		}
+	})
+	return flagsFromEnv(own)
 }
 
 // flagsFromEnv sets every flag not given on the command line from its
