@@ -40,14 +40,14 @@ func (s *Server) fastServer() *fasthttp.Server {
 			// must not have its body read first. Routing below stays on
 			// the path as sent, as net/http routes (unclean paths 404).
 			if isEventPost(ctx) {
-				release, rep, ok := s.admitEvents(max(declaredLength(ctx), -1))
+				a, rep, ok := s.admitEvents(max(declaredLength(ctx), -1))
 				if !ok {
 					ctx.SetConnectionClose() // the body stays unread
 					s.sendFast(ctx, "events", rep)
 					return
 				}
-				defer release()
-				ctx.SetUserValue(admittedKey{}, true)
+				defer a.release()
+				ctx.SetUserValue(admittedKey{}, a)
 			}
 			if rep, bad := unsupportedFastEncoding(ctx); bad {
 				ctx.SetConnectionClose() // the body stays unread
@@ -149,7 +149,8 @@ func (s *Server) readFastBody(ctx *fasthttp.RequestCtx) (*bytes.Buffer, reply, b
 	if body == nil {
 		body = bytes.NewReader(ctx.Request.Body())
 	}
-	return s.readBodyFrom(body, declared)
+	a, _ := ctx.UserValue(admittedKey{}).(*eventAdmission)
+	return s.readBodyFrom(body, declared, a)
 }
 
 // unsupportedFastEncoding is unsupportedEncoding for the routes fasthttp

@@ -363,21 +363,58 @@ func tooLarge(length, limit int64) reply {
 // admitted. Each post holds a few times its body's size in memory while it
 // is decoded and waits for its WAL commit, and the commit queue bounds
 // posts by count, not size: without this, posts of the largest body could
-// take all of a machine's memory before any was refused. release returns
-// the bytes; a refused post gets a 503 with Retry-After.
-func (s *Server) admitEvents(declared int64) (release func(), rep reply, ok bool) {
-	n := s.eventCharge(declared)
-	// A post charged nothing (its body is refused by size, or empty) gets
-	// in even while a post alone holds more than the limit (found by
-	// review: a body over MaxBodyBytes was told to retry, a 503, then).
-	if total := s.eventBytes.Add(n); n > 0 && total > s.cfg.MaxEventBytesInFlight && total != n {
-		s.eventBytes.Add(-n)
-		return nil, s.overloadedEvents(total-n, declared), false
+// take all of a machine's memory before any was refused. A post is charged
+// what it may hold before more of its body arrives (see eventAdmission);
+// release returns the bytes; a refused post gets a 503 with Retry-After.
+func (s *Server) admitEvents(declared int64) (a *eventAdmission, rep reply, ok bool) {
+	a = &eventAdmission{s: s, declared: declared, most: s.eventCharge(declared)}
+	if rep, ok := a.cover(0); !ok {
+		return nil, rep, false
 	}
-	return func() { s.eventBytes.Add(-n) }, reply{}, true
+	return a, reply{}, true
 }
 
-// eventCharge is what a post of declared body length (-1: unknown) is
+// eventAdmission is an admitted event post's share of the bytes in
+// flight. It is charged ahead of the body by a step of maxReservedBody,
+// never past what the post may reach (most): a client that declares a
+// large body and stalls holds no more of the budget than of memory (found
+// by an audit: sixteen posts declaring 16 MiB each and stalling after
+// 20 KB held the whole 256 MiB until the read timeout, and every other
+// event post got a 503).
+type eventAdmission struct {
+	s        *Server
+	declared int64 // -1: unknown
+	most     int64 // eventCharge(declared)
+	held     int64
+}
+
+// cover charges a for the step of its body after the first n bytes,
+// unless posts in flight would then hold more than the limit (a post
+// alone gets in whatever it holds). A post charged nothing (its body is
+// refused by size, or empty) gets in even while a post alone holds more
+// than the limit (found by review: a body over MaxBodyBytes was told to
+// retry, a 503, then).
+func (a *eventAdmission) cover(n int64) (reply, bool) {
+	want := min(a.most, (n/maxReservedBody+1)*maxReservedBody)
+	if want <= a.held {
+		return reply{}, true
+	}
+	d := want - a.held
+	if total := a.s.eventBytes.Add(d); total > a.s.cfg.MaxEventBytesInFlight && total != want {
+		a.s.eventBytes.Add(-d)
+		return a.s.overloadedEvents(total-want, a.declared, want), false
+	}
+	a.held = want
+	return reply{}, true
+}
+
+// release returns what a holds.
+func (a *eventAdmission) release() {
+	a.s.eventBytes.Add(-a.held)
+	a.held = 0
+}
+
+// eventCharge is the most a post of declared body length (-1: unknown) is
 // charged: its length, or the most a body may reach when unknown, and
 // nothing for a body declared over MaxBodyBytes, refused by its size (a
 // 413) when read: an overloaded server must not tell the client to retry
@@ -393,15 +430,18 @@ func (s *Server) eventCharge(declared int64) int64 {
 }
 
 // overloadedEvents is the 503 for a post of declared body length (-1:
-// unknown) while posts of inFlight bytes are in flight: naming only the
-// bytes in flight, under the limit, read as if the server refused posts
-// below it. A post of unknown length is told what it is charged, the
-// largest body (found by review: a small chunked post was told its bytes
+// unknown) that would hold charge bytes while posts of inFlight bytes are
+// in flight: naming only the bytes in flight, under the limit, read as if
+// the server refused posts below it; and a post charged ahead of its body
+// is told so (found by review: a small chunked post was told its bytes
 // were MaxBodyBytes).
-func (s *Server) overloadedEvents(inFlight, declared int64) reply {
+func (s *Server) overloadedEvents(inFlight, declared, charge int64) reply {
 	this := fmt.Sprintf("this one's %d bytes", declared)
-	if declared < 0 {
-		this = fmt.Sprintf("this one, of unknown length (chunked), is counted as the largest body, %d bytes, and", s.eventCharge(declared))
+	switch {
+	case declared < 0:
+		this = fmt.Sprintf("this one, of unknown length (chunked), counted %d bytes ahead of its body,", charge)
+	case charge < declared:
+		this = fmt.Sprintf("this one's first %d of %d bytes", charge, declared)
 	}
 	return retryReply(fmt.Sprintf("overloaded, retry later: event posts of %d bytes in all are in flight, and %s would pass the limit of %d",
 		inFlight, this, s.cfg.MaxEventBytesInFlight))
@@ -413,8 +453,8 @@ func (s *Server) overloadedEvents(inFlight, declared int64) reply {
 // "Expect: 100-continue" post is refused before its client sends the body.
 func (s *Server) wouldAdmitEvents(declared int64) (reply, bool) {
 	cur := s.eventBytes.Load()
-	if n := s.eventCharge(declared); n > 0 && cur > 0 && cur+n > s.cfg.MaxEventBytesInFlight {
-		return s.overloadedEvents(cur, declared), false
+	if n := min(s.eventCharge(declared), maxReservedBody); n > 0 && cur > 0 && cur+n > s.cfg.MaxEventBytesInFlight {
+		return s.overloadedEvents(cur, declared, n), false
 	}
 	return reply{}, true
 }
@@ -431,15 +471,15 @@ func (s *Server) admitted(h http.HandlerFunc) http.HandlerFunc {
 			h(w, r)
 			return
 		}
-		release, rep, ok := s.admitEvents(r.ContentLength)
+		a, rep, ok := s.admitEvents(r.ContentLength)
 		if !ok {
 			// The body stays unread: the connection cannot carry another request.
 			w.Header().Set("Connection", "close")
 			rep.write(w)
 			return
 		}
-		defer release()
-		h(w, r)
+		defer a.release()
+		h(w, r.WithContext(context.WithValue(r.Context(), admittedKey{}, a)))
 	}
 }
 
@@ -484,9 +524,10 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (buf *bytes.Bu
 		rep.write(w)
 		return nil, false
 	}
-	buf, rep, ok := s.readBodyFrom(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), r.ContentLength)
+	a, _ := r.Context().Value(admittedKey{}).(*eventAdmission)
+	buf, rep, ok := s.readBodyFrom(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), r.ContentLength, a)
 	if !ok {
-		if rep.code == http.StatusRequestEntityTooLarge {
+		if rep.code == http.StatusRequestEntityTooLarge || rep.code == http.StatusServiceUnavailable {
 			// Close instead of draining the rest of the body. MaxBytesReader
 			// would tell net/http so only through its own ResponseWriter,
 			// which w (instrument's statusWriter) hides, and a body refused
@@ -503,11 +544,17 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (buf *bytes.Bu
 // refuses a body over the limit with a 413, from the declared length
 // before reading anything, else as soon as the limit is passed, and a body
 // it cannot read with a 400 (a 408 on a timeout); ok is false then, and
-// the caller sends the reply. Both front ends read bodies with it.
-func (s *Server) readBodyFrom(body io.Reader, declared int64) (buf *bytes.Buffer, rep reply, ok bool) {
+// the caller sends the reply. An event post's body (a: its admission, nil
+// for other requests) is charged as it arrives and refused with a 503 when
+// the posts in flight would hold more than their limit. Both front ends
+// read bodies with it.
+func (s *Server) readBodyFrom(body io.Reader, declared int64, a *eventAdmission) (buf *bytes.Buffer, rep reply, ok bool) {
 	limit := s.cfg.MaxBodyBytes
 	if declared > limit {
 		return nil, tooLarge(declared, limit), false
+	}
+	if a != nil {
+		body = &chargedReader{r: body, a: a}
 	}
 	buf, _ = s.bufs.Get().(*bytes.Buffer)
 	if buf == nil {
@@ -530,10 +577,15 @@ func (s *Server) readBodyFrom(body io.Reader, declared int64) (buf *bytes.Buffer
 		// io.ErrUnexpectedEOF. Its events must not be appended.
 		err = io.ErrUnexpectedEOF
 	}
-	var tooBig *http.MaxBytesError
+	var (
+		tooBig *http.MaxBytesError
+		over   *overloadError
+	)
 	switch {
 	case errors.As(err, &tooBig) || int64(buf.Len()) > limit:
 		rep = tooLarge(-1, limit)
+	case errors.As(err, &over):
+		rep = over.rep
 	case err != nil:
 		var timeout interface{ Timeout() bool }
 		if errors.As(err, &timeout) && timeout.Timeout() {
@@ -548,8 +600,32 @@ func (s *Server) readBodyFrom(body io.Reader, declared int64) (buf *bytes.Buffer
 	return nil, rep, false
 }
 
+// chargedReader charges an event post's admission for its body's bytes
+// as they are read, failing with an overloadError when they would take
+// the posts in flight past their limit.
+type chargedReader struct {
+	r io.Reader
+	a *eventAdmission
+	n int64
+}
+
+func (c *chargedReader) Read(p []byte) (int, error) {
+	k, err := c.r.Read(p)
+	c.n += int64(k)
+	if rep, ok := c.a.cover(c.n); !ok {
+		return k, &overloadError{rep}
+	}
+	return k, err
+}
+
+// overloadError is a body refused part way for the bytes in flight.
+type overloadError struct{ rep reply }
+
+func (e *overloadError) Error() string { return string(e.rep.body) }
+
 // maxReservedBody is the most of a request's declared length reserved
-// before its bytes arrive.
+// before its bytes arrive, and the step by which an event post is charged
+// ahead of its body.
 const maxReservedBody = 256 << 10
 
 func (s *Server) putBuf(b *bytes.Buffer) {

@@ -819,13 +819,13 @@ func TestWouldAdmitTakesNothing(t *testing.T) {
 		}
 	}()
 	for i := range 100000 {
-		release, _, ok := srv.admitEvents(1000)
+		a, _, ok := srv.admitEvents(1000)
 		if !ok {
 			close(stop)
 			<-done
 			t.Fatalf("a post alone in flight refused, at try %d", i)
 		}
-		release()
+		a.release()
 	}
 	close(stop)
 	<-done
@@ -861,7 +861,7 @@ func TestEventAdmissionPastTheLimit(t *testing.T) {
 			}{
 				{"declared over the body limit", "POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n", 413, "exceeds the limit of 4000"},
 				{"expect, over the body limit", "POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\nExpect: 100-continue\r\n\r\n", 413, "exceeds the limit of 4000"},
-				{"chunked", "POST /v1/events HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", 503, "of unknown length (chunked), is counted as the largest body, 4000 bytes"},
+				{"chunked", "POST /v1/events HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", 503, "of unknown length (chunked), counted 4000 bytes ahead of its body, would pass the limit of 1000"},
 				{"declared", "POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello", 503, "this one's 5 bytes would pass the limit of 1000"},
 			} {
 				t.Run(tt.name, func(t *testing.T) {
@@ -887,4 +887,65 @@ func TestEventAdmissionPastTheLimit(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Event posts that declare large bodies and stall hold the bytes in flight
+// only as far as they are charged ahead of what arrived (maxReservedBody
+// each), not their declared length: a few of them took the whole budget
+// until the read timeout and every other event post got a 503 (found by an
+// audit). A body that then arrives past the budget is refused part way,
+// with a 503 to retry.
+func TestStalledEventPostsHoldOnlyWhatTheySent(t *testing.T) {
+	const limit = 4 * maxReservedBody
+	for _, front := range fronts {
+		t.Run(front.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.MaxEventBytesInFlight = limit
+			e := newEnvWith(t, cfg, front.serve)
+			addr := strings.TrimPrefix(e.url, "http://")
+			for i := range 3 {
+				c, err := net.Dial("tcp", addr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				// 16 KiB sent of 8 MiB declared, then nothing.
+				head := fmt.Sprintf("POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n", 8<<20)
+				if _, err := c.Write(append([]byte(head), bytes.Repeat([]byte(" "), 16<<10)...)); err != nil {
+					t.Fatal(err)
+				}
+				want := int64(i+1) * maxReservedBody
+				for deadline := time.Now().Add(10 * time.Second); e.srv.eventBytes.Load() < want; time.Sleep(time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Fatalf("stalled post %d: %d bytes in flight, want %d", i, e.srv.eventBytes.Load(), want)
+					}
+				}
+			}
+			line := `{"worker_id":1,"event":{"event_id":1,"dp_rank":0,"data":"cleared"}}` + "\n"
+			e.do(t, "POST", "/v1/events", line).want(t, http.StatusOK)
+		})
+	}
+	t.Run("a body past the budget", func(t *testing.T) {
+		cfg := DefaultConfig()
+		cfg.MaxEventBytesInFlight = limit
+		srv, _ := newServerOnFake(cfg)
+		other, _, ok := srv.admitEvents(8 << 20) // a stalled post, charged one step
+		if !ok {
+			t.Fatal("the first post was refused")
+		}
+		defer other.release()
+		size := int64(limit)
+		a, _, ok := srv.admitEvents(size)
+		if !ok {
+			t.Fatal("the second post was refused before its body came")
+		}
+		defer a.release()
+		_, rep, ok := srv.readBodyFrom(bytes.NewReader(make([]byte, size)), size, a)
+		if ok || rep.code != http.StatusServiceUnavailable || !rep.retryAfter || !strings.Contains(string(rep.body), fmt.Sprintf("bytes would pass the limit of %d", limit)) {
+			t.Fatalf("body past the budget: ok %v, %d %s", ok, rep.code, rep.body)
+		}
+		if got := srv.eventBytes.Load(); got != other.held+a.held || a.held > 3*maxReservedBody {
+			t.Fatalf("%d bytes in flight, the two posts hold %d and %d", got, other.held, a.held)
+		}
+	})
 }
