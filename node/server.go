@@ -393,19 +393,25 @@ type eventAdmission struct {
 // alone gets in whatever it holds). A post charged nothing (its body is
 // refused by size, or empty) gets in even while a post alone holds more
 // than the limit (found by review: a body over MaxBodyBytes was told to
-// retry, a 503, then).
+// retry, a 503, then). A refused charge takes nothing, not even for an
+// instant: a post alone past the limit, charged its next step in that
+// instant, was refused part way (found by review).
 func (a *eventAdmission) cover(n int64) (reply, bool) {
 	want := min(a.most, (n/maxReservedBody+1)*maxReservedBody)
 	if want <= a.held {
 		return reply{}, true
 	}
-	d := want - a.held
-	if total := a.s.eventBytes.Add(d); total > a.s.cfg.MaxEventBytesInFlight && total != want {
-		a.s.eventBytes.Add(-d)
-		return a.s.overloadedEvents(total-want, a.declared, want), false
+	for {
+		cur := a.s.eventBytes.Load()
+		others := cur - a.held
+		if others > 0 && others+want > a.s.cfg.MaxEventBytesInFlight {
+			return a.s.overloadedEvents(others, a.declared, want, n > 0), false
+		}
+		if a.s.eventBytes.CompareAndSwap(cur, others+want) {
+			a.held = want
+			return reply{}, true
+		}
 	}
-	a.held = want
-	return reply{}, true
 }
 
 // release returns what a holds.
@@ -431,13 +437,16 @@ func (s *Server) eventCharge(declared int64) int64 {
 
 // overloadedEvents is the 503 for a post of declared body length (-1:
 // unknown) that would hold charge bytes while posts of inFlight bytes are
-// in flight: naming only the bytes in flight, under the limit, read as if
-// the server refused posts below it; and a post charged ahead of its body
-// is told so (found by review: a small chunked post was told its bytes
-// were MaxBodyBytes).
-func (s *Server) overloadedEvents(inFlight, declared, charge int64) reply {
+// in flight (partWay: some of its body came): naming only the bytes in
+// flight, under the limit, read as if the server refused posts below it;
+// and a post charged ahead of its body is told so (found by review: a
+// small chunked post was told its bytes were MaxBodyBytes, and one refused
+// part way that its charge, what came and what was ahead, was all ahead).
+func (s *Server) overloadedEvents(inFlight, declared, charge int64, partWay bool) reply {
 	this := fmt.Sprintf("this one's %d bytes", declared)
 	switch {
+	case declared < 0 && partWay:
+		this = fmt.Sprintf("this one, of unknown length (chunked), counted %d bytes for what of its body came and what comes next,", charge)
 	case declared < 0:
 		this = fmt.Sprintf("this one, of unknown length (chunked), counted %d bytes ahead of its body,", charge)
 	case charge < declared:
@@ -454,7 +463,7 @@ func (s *Server) overloadedEvents(inFlight, declared, charge int64) reply {
 func (s *Server) wouldAdmitEvents(declared int64) (reply, bool) {
 	cur := s.eventBytes.Load()
 	if n := min(s.eventCharge(declared), maxReservedBody); n > 0 && cur > 0 && cur+n > s.cfg.MaxEventBytesInFlight {
-		return s.overloadedEvents(cur, declared, n), false
+		return s.overloadedEvents(cur, declared, n, false), false
 	}
 	return reply{}, true
 }
