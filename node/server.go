@@ -367,6 +367,9 @@ func tooLarge(length, limit int64) reply {
 // what it may hold before more of its body arrives (see eventAdmission);
 // release returns the bytes; a refused post gets a 503 with Retry-After.
 func (s *Server) admitEvents(declared int64) (a *eventAdmission, rep reply, ok bool) {
+	if rep, ok := s.wouldAdmitEvents(declared); !ok {
+		return nil, rep, false
+	}
 	a = &eventAdmission{s: s, declared: declared, most: s.eventCharge(declared)}
 	if rep, ok := a.cover(0); !ok {
 		return nil, rep, false
@@ -458,11 +461,18 @@ func (s *Server) overloadedEvents(inFlight, declared, charge int64, partWay bool
 
 // wouldAdmitEvents tells, without admitting it (or taking any of the
 // budget for an instant, which could refuse a post alone in flight),
-// whether admitEvents would admit a post of declared length now: an
-// "Expect: 100-continue" post is refused before its client sends the body.
+// whether admitEvents would admit a post of declared length now: whether
+// its whole declared body (a chunked one: its first step) fits beside the
+// bytes the posts in flight hold. A post that cannot fit is refused before
+// its body comes rather than part way; an "Expect: 100-continue" post is
+// refused before its client sends the body.
 func (s *Server) wouldAdmitEvents(declared int64) (reply, bool) {
 	cur := s.eventBytes.Load()
-	if n := min(s.eventCharge(declared), maxReservedBody); n > 0 && cur > 0 && cur+n > s.cfg.MaxEventBytesInFlight {
+	n := s.eventCharge(declared)
+	if declared < 0 {
+		n = min(n, maxReservedBody)
+	}
+	if n > 0 && cur > 0 && cur+n > s.cfg.MaxEventBytesInFlight {
 		return s.overloadedEvents(cur, declared, n, false), false
 	}
 	return reply{}, true
