@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -37,6 +38,22 @@ func oldEngineApplied(t *testing.T, last uint64) *ZMQSource {
 		}
 	}
 	return src
+}
+
+// appliedThenAway runs a source with a replay endpoint on a fake engine
+// until it applied applyOldEngine's batches, then stops it (kvidx away).
+// held tells whether the index holds the block of token tok.
+func appliedThenAway(t *testing.T, ctx context.Context) (e *fakeEngine, st *indexStore, spec ZMQSpec, held func(tok uint64) bool) {
+	t.Helper()
+	e = newFakeEngine(t, ctx)
+	st = &indexStore{ix: engine.New()}
+	spec = ZMQSpec{Endpoint: e.pubEP, WorkerID: 7, Replay: e.repEP}
+	held = func(tok uint64) bool { return len(st.ix.Match(local(tokens(2, int(tok)), 2, ""), nil)) != 0 }
+	src := NewZMQSource(spec, st, testOptions())
+	stop := runUntilCancelled(t, ctx, src)
+	applyOldEngine(t, e, src)
+	stop()
+	return e, st, spec, held
 }
 
 // restartEngine replaces e's replay buffer with a restarted engine's
@@ -152,19 +169,11 @@ func TestClockStepBackIsNoRestart(t *testing.T) {
 // continuation and its blocks stayed held.
 func TestEngineRestartPastTheLastSequence(t *testing.T) {
 	ctx := t.Context()
-	e := newFakeEngine(t, ctx)
-	st := &indexStore{ix: engine.New()}
-	spec := ZMQSpec{Endpoint: e.pubEP, WorkerID: 7, Replay: e.repEP}
-	held := func(tok uint64) bool { return len(st.ix.Match(local(tokens(2, int(tok)), 2, ""), nil)) != 0 }
-
-	src := NewZMQSource(spec, st, testOptions())
-	stop := runUntilCancelled(t, ctx, src)
-	applyOldEngine(t, e, src)
-	stop()
+	e, st, spec, held := appliedThenAway(t, ctx)
 
 	// The new engine got to batch 9 while kvidx was away.
 	restartEngine(e, 9)
-	src = NewZMQSource(spec, st, testOptions())
+	src := NewZMQSource(spec, st, testOptions())
 	runSource(t, ctx, src)
 	waitFor(t, "the new engine's batches", func() bool { s := src.Stats(); return s.Resets == 1 && s.LastSeq == 9 })
 	p := storedAt(2010, 910, 520)
@@ -318,15 +327,7 @@ func TestEngineRestartBelowTheLastSequenceIdle(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := t.Context()
-			e := newFakeEngine(t, ctx)
-			st := &indexStore{ix: engine.New()}
-			spec := ZMQSpec{Endpoint: e.pubEP, WorkerID: 7, Replay: e.repEP}
-			held := func(tok uint64) bool { return len(st.ix.Match(local(tokens(2, int(tok)), 2, ""), nil)) != 0 }
-
-			src := NewZMQSource(spec, st, testOptions())
-			stop := runUntilCancelled(t, ctx, src)
-			applyOldEngine(t, e, src)
-			stop()
+			e, st, spec, held := appliedThenAway(t, ctx)
 
 			e.mu.Lock()
 			e.buf = map[uint64][]byte{}
@@ -334,7 +335,7 @@ func TestEngineRestartBelowTheLastSequenceIdle(t *testing.T) {
 			if tc.last >= 0 {
 				restartEngine(e, uint64(tc.last))
 			}
-			src = NewZMQSource(spec, st, testOptions())
+			src := NewZMQSource(spec, st, testOptions())
 			runSource(t, ctx, src)
 			waitFor(t, "the restart", func() bool { s := src.Stats(); return s.Resets == 1 && s.Clears == 1 })
 			for seq := uint64(0); seq <= 5; seq++ {
