@@ -1066,6 +1066,21 @@ func TestRepairTruncateBeforeFrameInsideEntry(t *testing.T) {
 	}
 }
 
+// threeSegmentLog returns the directory of a closed log of entries 1..18
+// in segments 1, 8 and 15 (15..18, the last).
+func threeSegmentLog(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	o := quietOpts()
+	o.SegmentSize = 200
+	l := mustOpen(t, dir, o)
+	appendN(t, l, 1, 18)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 // An entry missing from the last segment (its bytes gone, the later ones
 // whole) leaves valid frames that carry other indexes than the ones they
 // are read as: damage inside the log, refused by Open and predicted by
@@ -1075,14 +1090,7 @@ func TestRepairTruncateBeforeFrameInsideEntry(t *testing.T) {
 func TestMissingEntryInLastSegmentRefused(t *testing.T) {
 	for _, k := range []int{1, 2} { // entry 16 (17 and 18 after it), entry 17 (18 after it)
 		t.Run(fmt.Sprint("entry=", 15+k), func(t *testing.T) {
-			dir := t.TempDir()
-			o := quietOpts()
-			o.SegmentSize = 200
-			l := mustOpen(t, dir, o)
-			appendN(t, l, 1, 18) // segments 1, 8 and 15 (15..18, the last)
-			if err := l.Close(); err != nil {
-				t.Fatal(err)
-			}
+			dir := threeSegmentLog(t)
 			path := tailPath(t, dir)
 			data, err := os.ReadFile(path)
 			if err != nil {
@@ -1140,14 +1148,7 @@ func TestMissingEntryRefusalNamesEntryFound(t *testing.T) {
 			fmt.Sprintf("segment file %020d begins with entry 15, as a segment file named %020d would", 16, 15)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			o := quietOpts()
-			o.SegmentSize = 200
-			l := mustOpen(t, dir, o)
-			appendN(t, l, 1, 18) // segments 1, 8 and 15 (15..18, the last)
-			if err := l.Close(); err != nil {
-				t.Fatal(err)
-			}
+			dir := threeSegmentLog(t)
 			tc.damage(t, dir, tailPath(t, dir))
 			for name, open := range map[string]func() error{
 				"Inspect": func() error { _, err := Inspect(dir); return err },
