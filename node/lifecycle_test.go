@@ -43,12 +43,9 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 func TestSnapshotEveryEvents(t *testing.T) {
 	var logs logbuf.Buffer
-	srv, st := newServerOnFake(Config{SnapshotEveryEvents: 3, SnapshotRetry: 20 * time.Millisecond,
+	e := serveWithSnapshotLoop(t, Config{SnapshotEveryEvents: 3, SnapshotRetry: 20 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go srv.snaps.loop(ctx)
-	e := &testEnv{srv: srv, store: st, url: serveFront(t, srv)}
+	srv, st := e.srv, e.store
 
 	e.do(t, "POST", "/v1/events", stored(0, 1, "null", 1)+"\n"+stored(0, 2, "1", 2)).want(t, 200)
 	time.Sleep(30 * time.Millisecond)
@@ -548,17 +545,26 @@ func TestAppendAfterDrainRefused(t *testing.T) {
 	}
 }
 
+// serveWithSnapshotLoop serves a server for cfg on a fake store through
+// the fast front end, with its snapshot loop running until the test ends.
+func serveWithSnapshotLoop(t *testing.T, cfg Config) *testEnv {
+	t.Helper()
+	srv, st := newServerOnFake(cfg)
+	e := &testEnv{srv: srv, store: st, url: serveFront(t, srv)}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go srv.snaps.loop(ctx)
+	return e
+}
+
 // While the store pauses appends for lack of free space, event posts get
 // 503 with Retry-After (nothing taken), the loop takes a snapshot (once:
 // its retention is what may free WAL segments), sources' appends do the
 // same, and stats and metrics report the pause; posts are taken again as
 // soon as the store resumes.
 func TestIngestPausesWhileSpaceIsLow(t *testing.T) {
-	srv, st := newServerOnFake(Config{SnapshotEveryEvents: 1000, SnapshotRetry: 20 * time.Millisecond})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go srv.snaps.loop(ctx)
-	e := &testEnv{srv: srv, store: st, url: serveFront(t, srv)}
+	e := serveWithSnapshotLoop(t, Config{SnapshotEveryEvents: 1000, SnapshotRetry: 20 * time.Millisecond})
+	srv, st := e.srv, e.store
 
 	e.do(t, "POST", "/v1/events", stored(0, 1, "null", 1)).want(t, 200)
 	st.lowSpace.Store(true)
@@ -573,7 +579,7 @@ func TestIngestPausesWhileSpaceIsLow(t *testing.T) {
 	}
 	src := srv.SourceStore(st)
 	ev := []engine.Event{{Worker: engine.WorkerKey{WorkerID: 1}, Kind: engine.KindCleared}}
-	if _, _, err := src.Append(ctx, ev, nil); !errors.Is(err, wal.ErrOverloaded) {
+	if _, _, err := src.Append(t.Context(), ev, nil); !errors.Is(err, wal.ErrOverloaded) {
 		t.Fatalf("source append while paused: %v, want wal.ErrOverloaded", err)
 	}
 	time.Sleep(50 * time.Millisecond)
@@ -635,11 +641,8 @@ func TestFinalSnapshotWithoutRoomIsClean(t *testing.T) {
 // snapshots off (found on a small tmpfs: the node stayed paused and took
 // no snapshot until an event was posted).
 func TestIdlePauseTakesSnapshotWithoutAppends(t *testing.T) {
-	srv, st := newServerOnFake(Config{SnapshotRetry: 20 * time.Millisecond})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go srv.snaps.loop(ctx)
-	e := &testEnv{srv: srv, store: st, url: serveFront(t, srv)}
+	e := serveWithSnapshotLoop(t, Config{SnapshotRetry: 20 * time.Millisecond})
+	st := e.store
 
 	e.do(t, "POST", "/v1/events", stored(0, 1, "null", 1)).want(t, 200)
 	st.lowSpace.Store(true)
