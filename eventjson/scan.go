@@ -203,27 +203,22 @@ func (s *scanner) beginArray() error {
 
 // beginRequiredObject is beginObject for a field that must not be null: a
 // null is errNull ("must not be null"), not a type mismatch.
-func (s *scanner) beginRequiredObject() error {
-	if s.peek() == '{' {
-		s.pos++
-		return nil
-	}
-	if isNull, err := s.null(); err != nil || isNull {
-		return cmpErr(err, errNull)
-	}
-	return s.mismatch("an object")
-}
+func (s *scanner) beginRequiredObject() error { return s.beginRequired('{', "an object") }
 
 // beginRequiredArray is beginArray for a field that must not be null.
-func (s *scanner) beginRequiredArray() error {
-	if s.peek() == '[' {
+func (s *scanner) beginRequiredArray() error { return s.beginRequired('[', "an array") }
+
+// beginRequired consumes open, or refuses a null as errNull and anything
+// else as not what.
+func (s *scanner) beginRequired(open byte, what string) error {
+	if s.peek() == open {
 		s.pos++
 		return nil
 	}
 	if isNull, err := s.null(); err != nil || isNull {
 		return cmpErr(err, errNull)
 	}
-	return s.mismatch("an array")
+	return s.mismatch(what)
 }
 
 // element positions the cursor on the next array element, returning false
