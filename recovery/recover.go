@@ -34,67 +34,43 @@ func (s *Store) recover(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// contig: the first index from which the WAL is whole up to last.
-	contig := first
-	for _, g := range gaps {
-		contig = max(contig, g.To+1)
-	}
-	snaps, err := snapshot.List(s.snapDir)
+	all, err := snapshot.List(s.snapDir)
 	if err != nil {
 		return err
 	}
-	all := snaps // what the refusal lists: every snapshot found
-	refuse := func(why string) error {
-		return s.unrecoverable(why, all, gaps)
-	}
+	// Each candidate is loaded; the one chosen is the last one tried.
 	var (
-		ix      *engine.Index
-		used    snapshot.File
-		meta    snapshot.Meta
-		damaged []snapshot.File
+		lix  *engine.Index
+		took time.Duration
 	)
-	// A published snapshot proves the WAL once reached its index, unless
-	// its name is not its index.
+	c, err := ChooseSnapshot(ctx, s.dir, all, first, last, gaps, func(f snapshot.File) (snapshot.Meta, error) {
+		lix = nil // a misnamed one's index goes before the next loads
+		start := time.Now()
+		ix, m, err := snapshot.LoadWith(ctx, f.Path, snapshot.LoadOptions{Progress: s.loadProgress(f.Path, start)})
+		lix, took = ix, time.Since(start)
+		return m, err
+	})
+	for _, sk := range c.Skipped {
+		s.skip(snapshot.File{Path: sk.Path, Index: sk.Index}, sk.Reason)
+	}
+	if err != nil {
+		return err
+	}
+	if c.Refusal != "" {
+		return s.unrecoverable(c.Refusal, all, gaps)
+	}
+	ix, damaged := lix, c.Damaged
+	lix = nil // a misnamed last candidate's index is not kept through the replay
+	// What a replay failure lists: the snapshots from the newest at or
+	// before the WAL's end on (any past it were skipped).
+	snaps := all
 	for len(snaps) > 0 && snaps[0].Index > last {
-		m, why := Misnamed(snaps[0])
-		if why == "" || m > last {
-			return refuse(WALBehindSnapshot(s.dir, snaps[0], last))
-		}
-		s.skip(snaps[0], why)
-		damaged = append(damaged, snaps[0])
 		snaps = snaps[1:]
 	}
-	for _, f := range snaps {
-		if f.Index+1 < contig {
-			s.skip(f, NotReached(f.Index, first, contig, gapsAfter(gaps, f.Index)))
-			continue
-		}
-		start := time.Now()
-		lix, m, err := snapshot.LoadWith(ctx, f.Path, snapshot.LoadOptions{Progress: s.loadProgress(f.Path, start)})
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			s.skip(f, err.Error())
-			// A damaged file is moved aside; one that is unreadable for
-			// another reason (permissions, a lock held, another build's
-			// format) stays, not counted among the snapshots kept.
-			if SnapshotDamaged(f.Path, err) {
-				damaged = append(damaged, f)
-			}
-			continue
-		}
-		if m.Index != f.Index {
-			s.skip(f, MisnamedReason(m.Index, f))
-			damaged = append(damaged, f)
-			continue
-		}
-		r.SnapshotLoad = time.Since(start)
-		ix, used, meta = lix, f, m
-		break
-	}
 	from := uint64(1)
-	if ix != nil {
+	if c.Found {
+		used, meta := c.Used, c.Meta
+		r.SnapshotLoad = took
 		r.SnapshotUsed = SnapshotRef{Path: used.Path, Index: used.Index}
 		// Snapshot writes nothing until an entry follows the one loaded.
 		s.lastSnap, s.haveSnap = r.SnapshotUsed, true
@@ -108,13 +84,6 @@ func (s *Store) recover(ctx context.Context) error {
 		s.logger.Info("snapshot loaded", "path", used.Path, "index", used.Index,
 			"holder_blocks", meta.Stats.HolderBlocks, "duration", r.SnapshotLoad)
 	} else {
-		if contig > 1 {
-			spans := make([]Span, len(gaps))
-			for i, g := range gaps {
-				spans[i] = Span{From: g.From, To: g.To, Keep: g.Keep, Stray: g.Stray, Broken: g.Broken}
-			}
-			return refuse(NoSnapshotRefusal(s.dir, all, first, last, contig, spans))
-		}
 		ix = engine.New()
 	}
 	if s.opts.ReserveHolderBlocks > 0 && s.opts.ReserveWorkerKeys > 0 {
@@ -213,7 +182,7 @@ func (s *Store) skip(f snapshot.File, reason string) {
 	s.unusable[f.Index] = true
 }
 
-func gapsAfter(gaps []walGap, index uint64) []string {
+func gapsAfter(gaps []Span, index uint64) []string {
 	var d []string
 	for _, g := range gaps {
 		if g.To > index {
@@ -237,7 +206,7 @@ func NotReached(index, first, contig uint64, descs []string) string {
 
 // found describes what recovery found: the WAL's range and gaps, and every
 // snapshot with the reason it was skipped.
-func (s *Store) found(snaps []snapshot.File, gaps []walGap) string {
+func (s *Store) found(snaps []snapshot.File, gaps []Span) string {
 	var b strings.Builder
 	r := &s.report
 	if r.FirstIndex > r.LastIndex {
@@ -265,7 +234,7 @@ func (s *Store) found(snaps []snapshot.File, gaps []walGap) string {
 	return b.String()
 }
 
-func (s *Store) unrecoverable(why string, snaps []snapshot.File, gaps []walGap) error {
+func (s *Store) unrecoverable(why string, snaps []snapshot.File, gaps []Span) error {
 	return fmt.Errorf("data dir %s: refusing to start: %s (found: %s): %w", s.dir, why, s.found(snaps, gaps), ErrUnrecoverable)
 }
 
@@ -398,11 +367,13 @@ func MisnamedReason(metaIndex uint64, f snapshot.File) string {
 
 // Span is a gap in the WAL: entries From..To missing or unreadable, Keep
 // the last entry a cut after keeps, Stray the bytes whose removal closes
-// it (see wal.Gap).
+// it, Broken that the segment (named From) is there and its framing
+// breaks, Desc what it is, in words (see wal.Gap).
 type Span struct {
 	From, To, Keep uint64
 	Stray          int64
 	Broken         bool
+	Desc           string
 }
 
 // NoSnapshotRefusal is why a data directory is refused when no snapshot

@@ -11,18 +11,6 @@ import (
 	"github.com/kvidx/kvidx/wal"
 )
 
-// walGap is a run of entries missing between two WAL segment files (or
-// unreadable in one).
-type walGap struct {
-	From, To uint64 // missing or unreadable entries From..To
-	Keep     uint64 // the last entry a cut after keeps (see wal.Gap)
-	Stray    int64  // bytes whose removal closes the gap (see wal.StrayBytes)
-	Broken   bool   // the segment (named From) is there, its framing breaks (see wal.Gap)
-	Desc     string
-}
-
-func (g walGap) String() string { return g.Desc }
-
 // segment is one tidwall/wal segment file: its first index and size.
 type segment struct {
 	name  string
@@ -60,12 +48,12 @@ func listSegments(dir string) ([]segment, error) {
 //
 // It reads every such segment whole: on a large WAL that takes seconds,
 // and it returns ctx's error once ctx is done.
-func findGaps(ctx context.Context, dir string) ([]walGap, error) {
+func findGaps(ctx context.Context, dir string) ([]Span, error) {
 	segs, err := listSegments(dir)
 	if err != nil {
 		return nil, err
 	}
-	var gaps []walGap
+	var gaps []Span
 	for i := 0; i+1 < len(segs); i++ {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -85,13 +73,13 @@ func findGaps(ctx context.Context, dir string) ([]walGap, error) {
 		case !ok:
 			// tidwall/wal reads a segment before the last whole, and a
 			// break anywhere in it fails every one of its entries.
-			gaps = append(gaps, walGap{From: s.index, To: next.index - 1, Keep: s.index + min(n, wal.ValidPrefix(b, s.index)) - 1, Stray: stray, Broken: true,
+			gaps = append(gaps, Span{From: s.index, To: next.index - 1, Keep: s.index + min(n, wal.ValidPrefix(b, s.index)) - 1, Stray: stray, Broken: true,
 				Desc: wal.BrokenSegmentDesc(s.name, off, len(b), n, s.index, next.index, stray)})
 		case end < next.index:
-			gaps = append(gaps, walGap{From: end, To: next.index - 1, Keep: end - 1,
+			gaps = append(gaps, Span{From: end, To: next.index - 1, Keep: end - 1,
 				Desc: wal.SegmentsGapDesc(s.name, s.index, end, next.name, next.index, 0)})
 		case end > next.index:
-			gaps = append(gaps, walGap{From: next.index, To: end - 1, Keep: next.index - 1, Stray: stray,
+			gaps = append(gaps, Span{From: next.index, To: end - 1, Keep: next.index - 1, Stray: stray,
 				Desc: wal.SegmentsGapDesc(s.name, s.index, end, next.name, next.index, stray)})
 		}
 	}

@@ -16,7 +16,8 @@ import (
 )
 
 // recoveryPlan is what a restart of a data directory would do, found
-// read-only: it mirrors recovery.Open's choices (see package recovery)
+// read-only: it mirrors recovery.Open's choices (see package recovery), its
+// snapshot the one recovery.ChooseSnapshot picks as a restart's does,
 // without taking the lock, cleaning temporary files or cutting the WAL.
 type recoveryPlan struct {
 	Format int `json:"format"`
@@ -191,94 +192,59 @@ func planRecoveryRead(ctx context.Context, dir string, load bool, progress io.Wr
 	if err != nil {
 		return nil, nil, err
 	}
-	all := snaps // what a refusal considers: every snapshot found
-	first, last := lay.FirstIndex, lay.LastIndex
-	contig := first
-	for _, g := range lay.Gaps {
-		contig = max(contig, g.To+1)
+	spans := make([]recovery.Span, len(lay.Gaps))
+	for i, g := range lay.Gaps {
+		spans[i] = recovery.Span{From: g.From, To: g.To, Keep: g.Keep, Stray: g.Stray, Broken: g.Broken, Desc: g.Desc}
 	}
-	for len(snaps) > 0 && snaps[0].Index > last {
-		if m, why := recovery.Misnamed(snaps[0]); why != "" && m <= last {
-			// Its name is not its index: recovery does without it.
-			p.Skipped = append(p.Skipped, skipped{File: filepath.Base(snaps[0].Path), Index: snaps[0].Index, Reason: why})
-			snaps = snaps[1:]
-			continue
-		}
-		// Published after the WAL was read, or the WAL really lost its end:
-		// reading again tells.
-		*raced = true
-		p.Refusal = recovery.WALBehindSnapshot(dir, snaps[0], last)
-		return p, nil, nil
-	}
+	// With load, each candidate is loaded, as a restart does; the one chosen
+	// is the last one tried. Otherwise each is verified.
 	var ix *engine.Index
-	for _, f := range snaps {
-		name := filepath.Base(f.Path)
-		skip := func(reason string) {
-			p.Skipped = append(p.Skipped, skipped{File: name, Index: f.Index, Reason: reason})
+	try := func(f snapshot.File) (snapshot.Meta, error) {
+		ix = nil // a misnamed one's index goes before the next loads
+		lix, m, err := loadWithBar(ctx, f.Path, progress)
+		if errors.Is(err, fs.ErrNotExist) {
+			*raced = true // pruned since it was listed
 		}
-		if f.Index+1 < contig {
-			var after []string
-			for _, g := range lay.Gaps {
-				if g.To > f.Index {
-					after = append(after, g.Desc)
-				}
-			}
-			skip(recovery.NotReached(f.Index, first, contig, after))
-			continue
-		}
-		var meta snapshot.Meta
-		if load {
-			lix, m, err := loadWithBar(ctx, f.Path, progress)
-			if err != nil {
-				if ctx.Err() != nil {
-					return nil, nil, ctx.Err()
-				}
-				if errors.Is(err, fs.ErrNotExist) {
-					*raced = true // pruned since it was listed
-				}
-				skip(err.Error())
-				continue
-			}
-			ix, meta = lix, m
-		} else {
+		ix = lix
+		return m, err
+	}
+	if !load {
+		try = func(f snapshot.File) (snapshot.Meta, error) {
 			r, err := snapshot.Open(f.Path)
 			if err != nil {
 				if errors.Is(err, fs.ErrNotExist) {
 					*raced = true // pruned since it was listed
 				}
-				skip(err.Error())
-				continue
+				return snapshot.Meta{}, err
 			}
-			err = verifyWithBar(ctx, r, progress)
-			meta = r.Meta()
-			r.Close()
-			if err != nil {
-				if ctx.Err() != nil {
-					return nil, nil, ctx.Err()
-				}
-				skip(err.Error())
-				continue
-			}
+			defer r.Close()
+			return r.Meta(), verifyWithBar(ctx, r, progress)
 		}
-		if meta.Index != f.Index {
-			ix = nil
-			skip(recovery.MisnamedReason(meta.Index, f))
-			continue
-		}
-		p.SnapshotUsed = &snapshotRef{File: name, Index: f.Index, Bytes: f.Size}
-		p.usedMeta = meta
-		break
 	}
-	from := uint64(1)
-	if p.SnapshotUsed != nil {
-		from = p.SnapshotUsed.Index + 1
-	} else if contig > 1 {
-		spans := make([]recovery.Span, len(lay.Gaps))
-		for i, g := range lay.Gaps {
-			spans[i] = recovery.Span{From: g.From, To: g.To, Keep: g.Keep, Stray: g.Stray, Broken: g.Broken}
-		}
-		p.Refusal = recovery.NoSnapshotRefusal(dir, all, first, last, contig, spans)
+	c, err := recovery.ChooseSnapshot(ctx, dir, snaps, lay.FirstIndex, lay.LastIndex, spans, try)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, sk := range c.Skipped {
+		p.Skipped = append(p.Skipped, skipped{File: filepath.Base(sk.Path), Index: sk.Index, Reason: sk.Reason})
+	}
+	if c.PastEnd {
+		// Published after the WAL was read, or the WAL really lost its end:
+		// reading again tells.
+		*raced = true
+	}
+	if c.Refusal != "" {
+		p.Refusal = c.Refusal
 		return p, nil, nil
+	}
+	last := lay.LastIndex
+	from := uint64(1)
+	if c.Found {
+		p.SnapshotUsed = &snapshotRef{File: filepath.Base(c.Used.Path), Index: c.Used.Index, Bytes: c.Used.Size}
+		p.usedMeta = c.Meta
+		from = c.Used.Index + 1
+	} else {
+		ix = nil
 	}
 	if from <= last {
 		p.ReplayFrom, p.ReplayTo, p.ReplayEntries = from, last, last-from+1
