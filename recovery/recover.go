@@ -61,12 +61,6 @@ func (s *Store) recover(ctx context.Context) error {
 	}
 	ix, damaged := lix, c.Damaged
 	lix = nil // a misnamed last candidate's index is not kept through the replay
-	// What a replay failure lists: the snapshots from the newest at or
-	// before the WAL's end on (any past it were skipped).
-	snaps := all
-	for len(snaps) > 0 && snaps[0].Index > last {
-		snaps = snaps[1:]
-	}
 	from := uint64(1)
 	if c.Found {
 		used, meta := c.Used, c.Meta
@@ -109,7 +103,7 @@ func (s *Store) recover(ctx context.Context) error {
 				s.logger.Warn("damaged snapshots not moved aside", "err", merr)
 			}
 		}
-		return fmt.Errorf("data dir %s: replay: %w (%s)", s.dir, DamageErr(ctx, s.dir, err), s.found(snaps, gaps))
+		return fmt.Errorf("data dir %s: replay: %w (%s)", s.dir, DamageErr(ctx, s.dir, err), s.found(all, gaps))
 	}
 	return s.moveAside(damaged)
 }
