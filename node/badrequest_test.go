@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -174,6 +175,62 @@ func TestContentEncodingRefused(t *testing.T) {
 					}
 					if got := r.header.Get("Accept-Encoding"); got != "identity" {
 						t.Errorf("Accept-Encoding %q, want identity", got)
+					}
+				})
+			}
+		})
+	}
+}
+
+// TestEventsContentTypeNotConsulted: POST /v1/events reads NDJSON, or a
+// JSON array when the body starts with "[", whatever Content-Type says
+// (issue 6), on both front ends: a form or multipart type must not make
+// the server parse the body as a form, and a JSON type must not make it
+// read NDJSON as one document.
+func TestEventsContentTypeNotConsulted(t *testing.T) {
+	for _, front := range fronts {
+		t.Run(front.name, func(t *testing.T) {
+			e := newEnvWith(t, Config{}, front.serve)
+			for i, c := range []struct {
+				name, contentType string
+				array             bool
+			}{
+				{"ndjson as application/json", "application/json", false},
+				{"ndjson as multipart", "multipart/form-data; boundary=xyz", false},
+				{"ndjson as a form", "application/x-www-form-urlencoded", false},
+				{"ndjson without a type", "", false},
+				{"array as application/x-ndjson", "application/x-ndjson", true},
+				{"array as text/plain", "text/plain", true},
+				{"array as multipart", "multipart/form-data; boundary=xyz", true},
+			} {
+				t.Run(c.name, func(t *testing.T) {
+					// Two events, so that a body read as one JSON document
+					// or as one NDJSON line cannot pass.
+					worker := uint64(i)
+					body := stored(worker, 1, "null", 1) + "\n" + stored(worker, 2, fmt.Sprint(1000*worker+1), 2) + "\n"
+					if c.array {
+						body = "[" + stored(worker, 1, "null", 1) + "," + stored(worker, 2, fmt.Sprint(1000*worker+1), 2) + "]"
+					}
+					req, err := http.NewRequest("POST", e.url+"/v1/events", strings.NewReader(body))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if c.contentType != "" {
+						req.Header.Set("Content-Type", c.contentType)
+					}
+					appends, _ := e.store.counts()
+					var ea eventsAnswer
+					e.send(t, req).want(t, 200).decode(t, &ea)
+					if ea.Accepted != 2 || len(ea.Rejected) != 0 {
+						t.Fatalf("answer %+v, want both events accepted", ea)
+					}
+					if a, _ := e.store.counts(); a != appends+1 {
+						t.Fatalf("appends %d -> %d, want one more", appends, a)
+					}
+					var ma matchAnswer
+					e.do(t, "POST", "/v1/match", fmt.Sprintf(`{"local_hashes":[1,2],"candidates":[{"worker_id":%d}]}`, worker)).want(t, 200).decode(t, &ma)
+					if got, want := fmt.Sprint(ma), fmt.Sprintf("{[{%d 0 2}] 2}", worker); got != want {
+						t.Fatalf("match %s, want %s", got, want)
 					}
 				})
 			}

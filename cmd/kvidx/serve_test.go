@@ -90,14 +90,18 @@ func waitReady(t *testing.T, base string) {
 }
 
 // Events in, matches out, stop, start again on the same data directory:
-// the same answers, with the index grown as needed or reserved at start.
+// the same answers, with the index grown as needed or reserved at start. A
+// restart after a clean stop replays nothing (issue 6: the final snapshot
+// holds it all); without the final snapshot it replays the one entry.
 func TestServeRestart(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		flags []string
+		name     string
+		flags    []string
+		replayed int
 	}{
-		{"grown", nil},
-		{"reserved", []string{"--reserve-blocks", "100000", "--reserve-workers", "4"}},
+		{"grown", nil, 0},
+		{"reserved", []string{"--reserve-blocks", "100000", "--reserve-workers", "4"}, 0},
+		{"no final snapshot", []string{"--final-snapshot=false"}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -121,6 +125,18 @@ func TestServeRestart(t *testing.T) {
 			base, done = serveInProcess(t, ctx2, args...)
 			if _, after := post(t, base+"/v1/match", `{"local_hashes":[1,2,3]}`); after != before {
 				t.Fatalf("after restart: %s, before: %s", after, before)
+			}
+			resp, err := http.Get(base + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			metrics, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := fmt.Sprintf("\nkvidx_recovery_replayed_entries %d\n", tc.replayed); !strings.Contains(string(metrics), want) {
+				t.Fatalf("after restart, /metrics lacks %q:\n%s", strings.TrimSpace(want), metrics)
 			}
 			cancel2()
 			if err := <-done; err != nil {
@@ -314,6 +330,42 @@ func TestServeWarnsSyncNone(t *testing.T) {
 			warned := strings.Contains(stderr, "level=WARN") && strings.Contains(stderr, "--sync none") && strings.Contains(stderr, "can lose them")
 			if warned != (policy == "none") {
 				t.Fatalf("--sync %s: warned %v; stderr:\n%s", policy, warned, stderr)
+			}
+		})
+	}
+}
+
+// The API has no authentication: serve warns when --listen is not a
+// loopback address (issue 6), in either --log-format. The runs stop at the
+// malformed --zmq, after the warning and before anything listens.
+func TestServeWarnsBeyondLoopback(t *testing.T) {
+	for _, tc := range []struct {
+		listen, format string
+		warn           bool
+	}{
+		{"127.0.0.1:0", "text", false},
+		{"127.0.0.5:0", "text", false},
+		{"localhost:0", "text", false},
+		{"[::1]:0", "text", false},
+		{"0.0.0.0:0", "text", true},
+		{":0", "text", true},
+		{"[::]:0", "text", true},
+		{"192.0.2.1:0", "text", true},
+		{"127.0.0.1:0", "json", false},
+		{"0.0.0.0:0", "json", true},
+	} {
+		t.Run(tc.format+"/"+tc.listen, func(t *testing.T) {
+			_, stderr, err := runKvidx(t, "", "serve", "--data-dir", t.TempDir(), "--listen", tc.listen, "--log-format", tc.format, "--zmq", "tcp://127.0.0.1:1")
+			if err == nil || !strings.Contains(err.Error(), "want ENDPOINT=WORKER_ID") {
+				t.Fatalf("err = %v", err)
+			}
+			level := "level=WARN"
+			if tc.format == "json" {
+				level = `"level":"WARN"`
+			}
+			warned := strings.Contains(stderr, level) && strings.Contains(stderr, "no authentication") && strings.Contains(stderr, tc.listen)
+			if warned != tc.warn {
+				t.Fatalf("--listen %s: warned %v, want %v; stderr:\n%s", tc.listen, warned, tc.warn, stderr)
 			}
 		})
 	}
