@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/kvidx/kvidx/engine"
+	"github.com/kvidx/kvidx/internal/loglimit"
 	"github.com/kvidx/kvidx/wal"
 )
 
@@ -133,7 +134,7 @@ type ZMQSource struct {
 	opts  ZMQOptions
 	log   *slog.Logger
 	zlog  *log.Logger
-	rl    rateLimiter
+	rl    loglimit.Limiter
 
 	mu    sync.Mutex
 	stats SourceStats
@@ -213,7 +214,7 @@ func NewZMQSource(spec ZMQSpec, store Store, opts ZMQOptions) *ZMQSource {
 		opts:  opts,
 		log:   lg,
 		zlog:  slog.NewLogLogger(lg.Handler(), slog.LevelDebug),
-		rl:    rateLimiter{interval: opts.LogInterval},
+		rl:    loglimit.Limiter{Interval: opts.LogInterval},
 		stats: SourceStats{Source: name, Endpoint: spec.Endpoint, WorkerID: spec.WorkerID, Errors: map[string]uint64{}},
 		ranks: map[uint32]struct{}{},
 	}
@@ -382,7 +383,7 @@ func (s *ZMQSource) fail(reason string, err error) {
 	if s.opts.OnError != nil {
 		s.opts.OnError(s.name, reason)
 	}
-	if ok, suppressed := s.rl.allow(reason, time.Now()); ok {
+	if ok, suppressed := s.rl.Allow(reason, time.Now()); ok {
 		s.log.Warn("zmq source error", "reason", reason, "err", err, "suppressed_since_last", suppressed)
 	}
 }
@@ -1216,28 +1217,4 @@ func parseReplay(frames [][]byte) (seq uint64, payload []byte, err error) {
 		return 0, nil, errors.New("reply without a payload")
 	}
 	return seq, payload, nil
-}
-
-// rateLimiter lets one log line per reason through per interval and counts
-// the others.
-type rateLimiter struct {
-	interval time.Duration
-	mu       sync.Mutex
-	last     map[string]time.Time
-	dropped  map[string]int
-}
-
-func (r *rateLimiter) allow(reason string, now time.Time) (bool, int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.last == nil {
-		r.last, r.dropped = map[string]time.Time{}, map[string]int{}
-	}
-	if t, ok := r.last[reason]; ok && now.Sub(t) < r.interval {
-		r.dropped[reason]++
-		return false, 0
-	}
-	n := r.dropped[reason]
-	r.last[reason], r.dropped[reason] = now, 0
-	return true, n
 }

@@ -112,8 +112,10 @@ var (
 	descSourceConnected = prometheus.NewDesc("kvidx_source_connected", "1 when the event source is connected.", []string{"source"}, nil)
 	descSourceApplied   = prometheus.NewDesc("kvidx_source_applied_sequence", "Source sequence of the last message applied.", []string{"source"}, nil)
 	descSourceLag       = prometheus.NewDesc("kvidx_source_lag_messages", "Messages of the source not yet applied.", []string{"source"}, nil)
-	descSourceErrors    = prometheus.NewDesc("kvidx_source_errors_total", "Messages the source could not apply, by reason.", []string{"source", "reason"}, nil)
-	descSourceSkipped   = prometheus.NewDesc("kvidx_source_skipped_events_total", "Events the source leaves out by design, by reason.", []string{"source", "reason"}, nil)
+	descSourceErrors    = prometheus.NewDesc("kvidx_source_errors_total", "Errors the event source met, by reason: messages it could not apply "+
+		"(frames, seq, decode, metadata, other_tier), batches with events of an unknown class (unknown_event), batches lost (gap), "+
+		"and failed dials, lost connections, replays and refused appends (connect, disconnect, replay, append).", []string{"source", "reason"}, nil)
+	descSourceSkipped = prometheus.NewDesc("kvidx_source_skipped_events_total", "Events the source leaves out by design, by reason.", []string{"source", "reason"}, nil)
 )
 
 func (c sourceCollector) Describe(ch chan<- *prometheus.Desc) {

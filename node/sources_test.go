@@ -30,10 +30,13 @@ func TestSourcesInReadinessAndMetrics(t *testing.T) {
 	if r := e.do(t, "POST", "/v1/match", `{"local_hashes":[1]}`); r.code != 200 {
 		t.Fatalf("match %d", r.code)
 	}
-	st.Store(&SourceStatus{Name: "nats:KV", Connected: true, Applied: 7, Lag: 2, Errors: map[string]uint64{"decode": 3}, Skipped: map[string]uint64{"other_medium": 5}})
+	// Not every error is a message: a failed dial counts too (the help
+	// said "Messages the source could not apply").
+	st.Store(&SourceStatus{Name: "nats:KV", Connected: true, Applied: 7, Lag: 2, Errors: map[string]uint64{"decode": 3, "connect": 1}, Skipped: map[string]uint64{"other_medium": 5}})
 	want := `
-# HELP kvidx_source_errors_total Messages the source could not apply, by reason.
+# HELP kvidx_source_errors_total Errors the event source met, by reason: messages it could not apply (frames, seq, decode, metadata, other_tier), batches with events of an unknown class (unknown_event), batches lost (gap), and failed dials, lost connections, replays and refused appends (connect, disconnect, replay, append).
 # TYPE kvidx_source_errors_total counter
+kvidx_source_errors_total{reason="connect",source="nats:KV"} 1
 kvidx_source_errors_total{reason="decode",source="nats:KV"} 3
 # HELP kvidx_source_lag_messages Messages of the source not yet applied.
 # TYPE kvidx_source_lag_messages gauge

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvidx/kvidx/engine"
 	"github.com/kvidx/kvidx/eventjson"
+	"github.com/kvidx/kvidx/internal/loglimit"
 	"github.com/kvidx/kvidx/wal"
 )
 
@@ -72,9 +73,10 @@ type Source struct {
 	// minBackoff and maxBackoff bound the wait between sessions.
 	minBackoff, maxBackoff time.Duration
 
-	mu      sync.Mutex
-	status  Status
-	lastLog time.Time
+	mu     sync.Mutex
+	status Status
+	// logs rate-limits the lines of bad messages, by reason.
+	logs loglimit.Limiter
 
 	warnedNarrow bool // the narrow-filter warning was logged (Run's goroutine only)
 }
@@ -92,7 +94,7 @@ func New(cfg Config, store Store) *Source {
 	}
 	return &Source{cfg: cfg, store: store, log: cfg.Logger.With("source", PositionName(cfg.Stream)),
 		minBackoff: 100 * time.Millisecond, maxBackoff: 5 * time.Second,
-		status: Status{Errors: map[string]uint64{}}}
+		status: Status{Errors: map[string]uint64{}}, logs: loglimit.Limiter{Interval: time.Second}}
 }
 
 // DefaultFetchMaxBytes is the default [Config.FetchMaxBytes].
@@ -696,16 +698,13 @@ func subjectCovers(filter, subj string) bool {
 }
 
 // badMessage counts a message that cannot be applied and logs at most once
-// a second.
+// a second for each reason, with the count of those of that reason it did
+// not log (a flood of garbage does not hide a message of another tier).
 func (s *Source) badMessage(reason string, err error) {
 	s.mu.Lock()
 	s.status.Errors[reason]++
-	logNow := time.Since(s.lastLog) >= time.Second
-	if logNow {
-		s.lastLog = time.Now()
-	}
 	s.mu.Unlock()
-	if logNow {
-		s.log.Warn("skipping a message", "reason", reason, "err", err)
+	if ok, suppressed := s.logs.Allow(reason, time.Now()); ok {
+		s.log.Warn("skipping a message", "reason", reason, "err", err, "suppressed_since_last", suppressed)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"slices"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/kvidx/kvidx"
 	"github.com/kvidx/kvidx/engine"
+	"github.com/kvidx/kvidx/internal/logbuf"
 	"github.com/kvidx/kvidx/internal/natstest"
 	"github.com/kvidx/kvidx/recovery"
 	"github.com/kvidx/kvidx/wal"
@@ -293,5 +295,51 @@ func TestReplicaChild(t *testing.T) {
 			return
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A flood of bad messages logs a line per reason at most once a second,
+// with the count it held back: the garbage in front of a message of
+// another tier does not hide that one from the log (one limit shared by
+// every reason logged the first garbage message and nothing else).
+func TestBadMessageFloodLogsEachReason(t *testing.T) {
+	url := natstest.Start(t)
+	jsc := jetStream(t, url)
+	ctx := context.Background()
+	if _, err := EnsureStream(ctx, jsc, testStream, testPrefix+".>"); err != nil {
+		t.Fatal(err)
+	}
+	const perReason = 100
+	msgs := map[string]string{
+		"decode":     "garbage",
+		"other_tier": `{"worker_id":1,"storage_tier":"host_pinned","event":{"data":{"removed":{"block_hashes":[5]}}}}`,
+	}
+	for _, reason := range []string{"decode", "other_tier"} {
+		for range perReason {
+			if _, err := jsc.PublishAsync(testPrefix+".1", []byte(msgs[reason])); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	<-jsc.PublishAsyncComplete()
+	var logs logbuf.Buffer
+	st := openStore(t, t.TempDir())
+	defer st.Close()
+	src := New(Config{URL: url, Stream: testStream, Logger: slog.New(slog.NewTextHandler(&logs, nil))}, st)
+	start := time.Now()
+	runSource(t, src, 2*perReason)
+	elapsed := time.Since(start)
+	out := logs.String()
+	lines := strings.Count(out, `msg="skipping a message"`)
+	if limit := 2 * (1 + int(elapsed/time.Second)); lines > limit {
+		t.Errorf("%d lines for %d bad messages in %v, want at most %d:\n%s", lines, 2*perReason, elapsed, limit, out)
+	}
+	for reason, n := range src.Status().Errors {
+		if n != perReason {
+			t.Errorf("%s errors %d, want %d", reason, n, perReason)
+		}
+		if !strings.Contains(out, "reason="+reason) {
+			t.Errorf("no line logged for reason %s:\n%s", reason, out)
+		}
 	}
 }
