@@ -109,7 +109,7 @@ func (sn *snapshotter) take(ctx context.Context, why string) (path string, index
 		// Published: the index is covered up to index, and the next
 		// snapshot retries the pruning or truncation that failed.
 		sn.s.metrics.SnapshotFailed()
-		sn.s.log.Error("snapshot published, but keeping the newest snapshots or truncating the WAL after it failed", "trigger", why, "file", path, "wal_index", index, "err", err)
+		sn.s.log.Error("snapshot published, but keeping the newest snapshots or truncating the WAL after it failed", "trigger", why, "path", path, "index", index, "err", err)
 		err = nil
 	}
 	if err != nil {
@@ -126,7 +126,7 @@ func (sn *snapshotter) take(ctx context.Context, why string) (path string, index
 	now := time.Now()
 	sn.setLast(index, now)
 	sn.s.metrics.ObserveSnapshot(d, index, now)
-	sn.s.log.Info("snapshot published", "trigger", why, "file", path, "wal_index", index, "duration", d)
+	sn.s.log.Info("snapshot published", "trigger", why, "path", path, "index", index, "duration", d)
 	return path, index, nil
 }
 

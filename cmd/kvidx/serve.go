@@ -432,7 +432,7 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 			msg = "index recovered; /readyz answers ready once the sources connect"
 		}
 		log.Info(msg, "data_dir", f.dataDir, "listen", ln.Addr().String(), "snapshot", rep.SnapshotUsed.Path,
-			"replayed_entries", rep.ReplayedEntries, "recovery", rep.Duration)
+			"replayed_entries", rep.ReplayedEntries, "duration", rep.Duration)
 	}
 	runErr := <-served // Run has stopped the sources: the store can close
 	if err := store.Close(); err != nil {
