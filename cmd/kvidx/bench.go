@@ -3,10 +3,8 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
-	"time"
 
 	"github.com/kvidx/kvidx"
 	"github.com/kvidx/kvidx/workload"
@@ -143,48 +141,4 @@ func loadTrace(path string) (*workload.Trace, error) {
 		return nil, fmt.Errorf("%s: trace has no records", path)
 	}
 	return tr, nil
-}
-
-// runProgress prints a run's progress (bench, loadgen, publish): rewriting one line
-// on a terminal, one line per update otherwise.
-// newRunProgress returns the progress line of a run named name on the
-// command's stderr, and its print as a workload.ProgressFunc: on a
-// terminal, or with --progress (want) when stderr is not one; else nil, nil
-// (a nil *runProgress's done does nothing).
-func newRunProgress(cmd *cobra.Command, name string, want bool) (*runProgress, workload.ProgressFunc) {
-	stderr := cmd.ErrOrStderr()
-	tty := isTerminal(stderr)
-	if !tty && !want {
-		return nil, nil
-	}
-	pr := &runProgress{name: name, w: stderr, tty: tty}
-	return pr, pr.print
-}
-
-type runProgress struct {
-	name    string // the command, first on the line
-	w       io.Writer
-	tty     bool
-	printed bool
-}
-
-func (p *runProgress) print(done, total int, elapsed time.Duration) {
-	pct := 0.0
-	if total > 0 {
-		pct = float64(done) / float64(total) * 100
-	}
-	line := fmt.Sprintf("%s: %d/%d requests (%.0f%%), %s", p.name, done, total, pct, elapsed.Round(time.Second))
-	if p.tty {
-		fmt.Fprintf(p.w, "\r\033[K%s", line)
-	} else {
-		fmt.Fprintln(p.w, line)
-	}
-	p.printed = true
-}
-
-// done ends a terminal progress line. p may be nil.
-func (p *runProgress) done() {
-	if p != nil && p.tty && p.printed {
-		fmt.Fprint(p.w, "\r\033[K")
-	}
 }

@@ -86,9 +86,8 @@ matches score against more than the workload built, which skews the figures.`,
 			pr, pf := newRunProgress(cmd, "loadgen", progress)
 			if pr != nil {
 				opts.Progress = pf
-				// On a terminal, the run's first line overwrites the last of these.
-				_, opts.GenerateProgress = newRunProgress(cmd, "loadgen: generating the workload", progress)
-				fmt.Fprintf(pr.w, "loadgen: generating the workload (%d trace records x %d)\n", len(tr.Records), cfg.Duplicate)
+				opts.GenerateProgress = pr.named("loadgen: generating the workload")
+				fmt.Fprintf(pr.line.w, "loadgen: generating the workload (%d trace records x %d)\n", len(tr.Records), cfg.Duplicate)
 			}
 			rep, err := node.LoadGen(cmd.Context(), target, tr, cfg, opts)
 			pr.done()
