@@ -2,7 +2,6 @@ package recovery
 
 import (
 	"context"
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -58,26 +57,5 @@ func TestDamageRefusalHonoursContextTable(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// findGaps reads every segment but the last whole; it stops once its
-// context is done.
-func TestFindGapsHonoursContext(t *testing.T) {
-	dir := t.TempDir()
-	opts := testOptions()
-	opts.SegmentSize = 2048
-	writeHistory(t, dir, opts, 7, 60)
-	walDir := filepath.Join(dir, WALDirName)
-	if segs, _ := listSegments(walDir); len(segs) < 3 {
-		t.Fatalf("%d segments", len(segs))
-	}
-	if _, err := findGaps(context.Background(), walDir); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if _, err := findGaps(ctx, walDir); !errors.Is(err, context.Canceled) {
-		t.Fatalf("findGaps with a canceled context: %v, want context.Canceled", err)
 	}
 }

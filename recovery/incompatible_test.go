@@ -159,11 +159,11 @@ func TestReplayDamageNamesTheRepair(t *testing.T) {
 		t.Fatal(err)
 	}
 	walDir := filepath.Join(dir, WALDirName)
-	segs, _ := listSegments(walDir)
+	segs, _ := wal.Segments(walDir)
 	if len(segs) < 3 {
 		t.Fatalf("%d segments", len(segs))
 	}
-	flipMiddle(t, filepath.Join(walDir, segs[1].name))
+	flipMiddle(t, filepath.Join(walDir, segs[1].Name))
 	_, err := Open(context.Background(), dir, opts)
 	if err == nil || !strings.Contains(err.Error(), "--truncate-after") || !strings.Contains(err.Error(), "kvidx wal repair "+dir) {
 		t.Fatalf("open: %v; want a refusal naming kvidx wal repair --truncate-after", err)
@@ -240,10 +240,10 @@ func TestMisnamedSnapshotBeyondWALEnd(t *testing.T) {
 	}
 	// The WAL loses its end: it stops before 30.
 	walDir := filepath.Join(dir, WALDirName)
-	segs, _ := listSegments(walDir)
+	segs, _ := wal.Segments(walDir)
 	for _, sg := range segs {
-		if sg.index > 20 {
-			os.Remove(filepath.Join(walDir, sg.name))
+		if sg.FirstIndex > 20 {
+			os.Remove(filepath.Join(walDir, sg.Name))
 		}
 	}
 	_, err := Open(ctx, dir, opts)
@@ -290,8 +290,8 @@ func TestReplayDamageAdviceIgnoresMisnamedSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	walDir := filepath.Join(dir, WALDirName)
-	segs, _ := listSegments(walDir)
-	flipMiddle(t, filepath.Join(walDir, segs[len(segs)-2].name))
+	segs, _ := wal.Segments(walDir)
+	flipMiddle(t, filepath.Join(walDir, segs[len(segs)-2].Name))
 	_, err = Open(ctx, dir, opts)
 	if err == nil || strings.Contains(err.Error(), "--truncate-before 100") || !strings.Contains(err.Error(), "--truncate-after") {
 		t.Fatalf("open: %v; want the advice of a cut after the damage", err)
@@ -314,8 +314,8 @@ func TestDamageAdviceWithMisnamedSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	walDir := filepath.Join(dir, WALDirName)
-	segs, _ := listSegments(walDir)
-	flipMiddle(t, filepath.Join(walDir, segs[len(segs)-2].name))
+	segs, _ := wal.Segments(walDir)
+	flipMiddle(t, filepath.Join(walDir, segs[len(segs)-2].Name))
 	_, err := Open(ctx, dir, opts)
 	if err == nil {
 		t.Fatal("open accepted the damage")
@@ -344,26 +344,26 @@ func TestGapAfterSnapshotNamesTheCut(t *testing.T) {
 	opts.SegmentSize = 2048
 	writeHistory(t, dir, opts, 7, 80, 20)
 	walDir := filepath.Join(dir, WALDirName)
-	segs, _ := listSegments(walDir)
-	var gone segment
+	segs, _ := wal.Segments(walDir)
+	var gone wal.SegmentFile
 	for i, sg := range segs[:len(segs)-1] {
-		if sg.index > 25 && i > 0 {
+		if sg.FirstIndex > 25 && i > 0 {
 			gone = sg
 			break
 		}
 	}
-	if gone.name == "" {
+	if gone.Name == "" {
 		t.Fatalf("segments %v", segs)
 	}
-	if err := os.Remove(filepath.Join(walDir, gone.name)); err != nil {
+	if err := os.Remove(filepath.Join(walDir, gone.Name)); err != nil {
 		t.Fatal(err)
 	}
 	_, err := Open(ctx, dir, opts)
-	want := fmt.Sprintf("kvidx wal repair %s --truncate-after %d --yes", dir, gone.index-1)
+	want := fmt.Sprintf("kvidx wal repair %s --truncate-after %d --yes", dir, gone.FirstIndex-1)
 	if !errors.Is(err, ErrUnrecoverable) || !strings.Contains(err.Error(), want) {
 		t.Fatalf("open: %v\nwant the advice %q", err, want)
 	}
-	if err := wal.RepairTruncateAfter(walDir, gone.index-1, filepath.Join(t.TempDir(), "backup")); err != nil {
+	if err := wal.RepairTruncateAfter(walDir, gone.FirstIndex-1, filepath.Join(t.TempDir(), "backup")); err != nil {
 		t.Fatalf("the advised repair: %v", err)
 	}
 	s, err := Open(ctx, dir, opts)
@@ -371,8 +371,8 @@ func TestGapAfterSnapshotNamesTheCut(t *testing.T) {
 		t.Fatalf("open after the advised repair: %v", err)
 	}
 	defer s.Close()
-	if r := s.Report(); r.SnapshotUsed.Index != 20 || r.LastIndex != gone.index-1 {
-		t.Errorf("report %+v: want snapshot 20 and the WAL up to %d", r, gone.index-1)
+	if r := s.Report(); r.SnapshotUsed.Index != 20 || r.LastIndex != gone.FirstIndex-1 {
+		t.Errorf("report %+v: want snapshot 20 and the WAL up to %d", r, gone.FirstIndex-1)
 	}
 }
 
@@ -394,15 +394,15 @@ func TestReplayDamageAdviceAfterDamagedSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	walDir := filepath.Join(dir, WALDirName)
-	segs, _ := listSegments(walDir)
-	var seg segment
+	segs, _ := wal.Segments(walDir)
+	var seg wal.SegmentFile
 	for _, sg := range segs {
-		if sg.index > 25 && sg.index < 45 {
+		if sg.FirstIndex > 25 && sg.FirstIndex < 45 {
 			seg = sg
 			break
 		}
 	}
-	flipMiddle(t, filepath.Join(walDir, seg.name))
+	flipMiddle(t, filepath.Join(walDir, seg.Name))
 	_, err := Open(ctx, dir, opts)
 	if err == nil || strings.Contains(err.Error(), "--truncate-before 51") || !strings.Contains(err.Error(), "--truncate-after") {
 		t.Fatalf("open: %v; want the advice of a cut after the damage", err)

@@ -30,7 +30,7 @@ func (s *Store) recover(ctx context.Context) error {
 		return err
 	}
 	first, last := r.FirstIndex, r.LastIndex
-	gaps, err := findGaps(ctx, filepath.Join(s.dir, WALDirName))
+	gaps, err := wal.FindGaps(ctx, filepath.Join(s.dir, WALDirName))
 	if err != nil {
 		return err
 	}
@@ -362,13 +362,9 @@ func MisnamedReason(metaIndex uint64, f snapshot.File) string {
 // Span is a gap in the WAL: entries From..To missing or unreadable, Keep
 // the last entry a cut after keeps, Stray the bytes whose removal closes
 // it, Broken that the segment (named From) is there and its framing
-// breaks, Desc what it is, in words (see wal.Gap).
-type Span struct {
-	From, To, Keep uint64
-	Stray          int64
-	Broken         bool
-	Desc           string
-}
+// breaks, Desc what it is, in words. It is [wal.Gap], as [wal.FindGaps]
+// and [wal.Inspect] find it.
+type Span = wal.Gap
 
 // NoSnapshotRefusal is why a data directory is refused when no snapshot
 // is usable and the WAL, first..last, is whole only from contig > 1 on

@@ -267,9 +267,9 @@ func TestDeletedWAL(t *testing.T) {
 	}
 	s.Snapshot(context.Background())
 	s.Close()
-	segs, _ := listSegments(filepath.Join(dir, WALDirName))
+	segs, _ := wal.Segments(filepath.Join(dir, WALDirName))
 	for _, sg := range segs {
-		os.Remove(filepath.Join(dir, WALDirName, sg.name))
+		os.Remove(filepath.Join(dir, WALDirName, sg.Name))
 	}
 	_, err := Open(context.Background(), dir, testOptions())
 	if !errors.Is(err, ErrUnrecoverable) {
@@ -289,7 +289,7 @@ func TestMissingMiddleSegment(t *testing.T) {
 	}
 	s.Close()
 	walDir := filepath.Join(dir, WALDirName)
-	segs, _ := listSegments(walDir)
+	segs, _ := wal.Segments(walDir)
 	if len(segs) < 4 {
 		t.Fatalf("only %d segments", len(segs))
 	}
@@ -299,9 +299,9 @@ func TestMissingMiddleSegment(t *testing.T) {
 	s.Close()
 	mid := segs[len(segs)/2]
 	next := segs[len(segs)/2+1]
-	os.Remove(filepath.Join(walDir, mid.name))
+	os.Remove(filepath.Join(walDir, mid.Name))
 	_, err := Open(context.Background(), dir, opts)
-	want := fmt.Sprintf("entries %d..%d are missing", mid.index, next.index-1)
+	want := fmt.Sprintf("entries %d..%d are missing", mid.FirstIndex, next.FirstIndex-1)
 	if !errors.Is(err, ErrUnrecoverable) || !strings.Contains(err.Error(), want) {
 		t.Fatalf("Open = %v, want an error naming %q", err, want)
 	}
@@ -320,26 +320,26 @@ func TestMissingLastSegment(t *testing.T) {
 			opts.SegmentSize = 2048
 			writeHistory(t, dir, opts, 9, 400, 20, snapAfter)
 			walDir := filepath.Join(dir, WALDirName)
-			segs, _ := listSegments(walDir)
+			segs, _ := wal.Segments(walDir)
 			last := segs[len(segs)-1]
-			if past := uint64(snapAfter) >= last.index; past != (snapAfter > 40) {
-				t.Fatalf("snapshot at %d, last segment %s: the test needs the second one in it", snapAfter, last.name)
+			if past := uint64(snapAfter) >= last.FirstIndex; past != (snapAfter > 40) {
+				t.Fatalf("snapshot at %d, last segment %s: the test needs the second one in it", snapAfter, last.Name)
 			}
-			os.Remove(filepath.Join(walDir, last.name))
+			os.Remove(filepath.Join(walDir, last.Name))
 			_, err := Open(context.Background(), dir, opts)
-			want := fmt.Sprintf("kvidx wal repair %s --truncate-after %d --yes", dir, last.index-1)
+			want := fmt.Sprintf("kvidx wal repair %s --truncate-after %d --yes", dir, last.FirstIndex-1)
 			if snapAfter > 40 {
 				want = fmt.Sprintf("kvidx wal repair %s --truncate-before %d --yes", dir, snapAfter+1)
 			}
 			// Putting the files back loses nothing: it comes first (a
 			// review found the snapshot's repair offered alone, which loses
 			// the entries after the snapshot that the files held).
-			if !errors.Is(err, ErrUnrecoverable) || !strings.Contains(err.Error(), last.name+" is missing") || !strings.Contains(err.Error(), want) ||
+			if !errors.Is(err, ErrUnrecoverable) || !strings.Contains(err.Error(), last.Name+" is missing") || !strings.Contains(err.Error(), want) ||
 				!strings.Contains(err.Error(), wal.PutBack) {
-				t.Fatalf("Open = %v, want a refusal naming segment %s, %q and %q", err, last.name, wal.PutBack, want)
+				t.Fatalf("Open = %v, want a refusal naming segment %s, %q and %q", err, last.Name, wal.PutBack, want)
 			}
 			// The way out it names, then a restart with what is left.
-			kept := last.index - 1
+			kept := last.FirstIndex - 1
 			if snapAfter > 40 {
 				kept = uint64(snapAfter)
 				_, err = wal.RepairTruncateBefore(walDir, kept+1, t.TempDir(), false)
@@ -373,8 +373,8 @@ func TestGapBeforeSnapshotIsHarmless(t *testing.T) {
 	bs = append(bs, batches(7, 301, 320)...)
 	s.Close()
 	walDir := filepath.Join(dir, WALDirName)
-	segs, _ := listSegments(walDir)
-	os.Remove(filepath.Join(walDir, segs[1].name))
+	segs, _ := wal.Segments(walDir)
+	os.Remove(filepath.Join(walDir, segs[1].Name))
 	s = mustOpen(t, dir, opts)
 	defer s.Close()
 	if r := s.Report(); r.SnapshotUsed.Index != 300 || r.ReplayedEntries != 20 {

@@ -111,7 +111,9 @@
 // reported as one gap from its first entry up to the next segment:
 // tidwall/wal parses such a segment whole when reading it and fails on
 // every entry, though Open, which reads only the last segment, accepts
-// the log.
+// the log. [FindGaps] finds the same gaps from the segments' framing
+// alone, for recovery to check before a replay; [Segments] lists the
+// segment files.
 //
 // Reads are serialised (tidwall/wal v1.2.1 can panic on concurrent reads of
 // non-tail segments).

@@ -192,10 +192,6 @@ func planRecoveryRead(ctx context.Context, dir string, load bool, progress io.Wr
 	if err != nil {
 		return nil, nil, err
 	}
-	spans := make([]recovery.Span, len(lay.Gaps))
-	for i, g := range lay.Gaps {
-		spans[i] = recovery.Span{From: g.From, To: g.To, Keep: g.Keep, Stray: g.Stray, Broken: g.Broken, Desc: g.Desc}
-	}
 	// With load, each candidate is loaded, as a restart does; the one chosen
 	// is the last one tried. Otherwise each is verified.
 	var ix *engine.Index
@@ -221,7 +217,7 @@ func planRecoveryRead(ctx context.Context, dir string, load bool, progress io.Wr
 			return r.Meta(), verifyWithBar(ctx, r, progress)
 		}
 	}
-	c, err := recovery.ChooseSnapshot(ctx, dir, snaps, lay.FirstIndex, lay.LastIndex, spans, try)
+	c, err := recovery.ChooseSnapshot(ctx, dir, snaps, lay.FirstIndex, lay.LastIndex, lay.Gaps, try)
 	if err != nil {
 		return nil, nil, err
 	}
