@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"slices"
@@ -104,7 +103,7 @@ type fakeEngine struct {
 	reqSeen chan uint64
 }
 
-func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 func newFakeEngine(t *testing.T, ctx context.Context) *fakeEngine {
 	e := &fakeEngine{t: t, ctx: ctx, buf: map[uint64][]byte{}, reqSeen: make(chan uint64, 100)}

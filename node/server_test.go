@@ -31,7 +31,7 @@ type testEnv struct {
 }
 
 func quietLogger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
+	return slog.New(slog.DiscardHandler)
 }
 
 // newEnv serves a fake store with the front-end Run uses.

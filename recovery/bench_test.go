@@ -34,7 +34,7 @@ func BenchmarkRestart(b *testing.B) {
 	var holder int
 	b.ResetTimer()
 	for b.Loop() {
-		s, err := Open(context.Background(), dir, Options{Logger: quietLogger})
+		s, err := Open(context.Background(), dir, Options{Logger: quietLogger()})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -109,7 +109,7 @@ func buildBenchDir(b *testing.B, dir string, cfg workload.Config, tailOps int) e
 	if err != nil {
 		return err
 	}
-	s, err := Open(context.Background(), dir, Options{Sync: wal.SyncNone, KeepSnapshots: 1, Logger: quietLogger})
+	s, err := Open(context.Background(), dir, Options{Sync: wal.SyncNone, KeepSnapshots: 1, Logger: quietLogger()})
 	if err != nil {
 		return err
 	}

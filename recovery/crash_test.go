@@ -40,7 +40,7 @@ func TestCrashChild(t *testing.T) {
 	seed, _ := strconv.ParseUint(os.Getenv(envChildSeed), 10, 64)
 	every, _ := strconv.Atoi(os.Getenv(envSnapEvery))
 	out := os.Stdout // unbuffered: one write per line
-	s, err := Open(context.Background(), dir, Options{Sync: wal.SyncAlways, SegmentSize: crashSegmentSize, Logger: quietLogger})
+	s, err := Open(context.Background(), dir, Options{Sync: wal.SyncAlways, SegmentSize: crashSegmentSize, Logger: quietLogger()})
 	if err != nil {
 		fmt.Fprintf(out, "E open: %v\n", err)
 		os.Exit(3)
@@ -97,7 +97,7 @@ func TestCrashCampaign(t *testing.T) {
 		killedIn[lastLine]++
 		acked = max(acked, applied) // the child may die before its first ack
 
-		s, err := Open(context.Background(), dir, Options{Sync: wal.SyncAlways, SegmentSize: crashSegmentSize, Logger: quietLogger})
+		s, err := Open(context.Background(), dir, Options{Sync: wal.SyncAlways, SegmentSize: crashSegmentSize, Logger: quietLogger()})
 		if err != nil {
 			t.Fatalf("cycle %d: restart: %v", c, err)
 		}

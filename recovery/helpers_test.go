@@ -3,7 +3,6 @@ package recovery
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -26,7 +25,7 @@ const (
 	genBlocks  = 24
 )
 
-var quietLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
+func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // genBatch returns the deterministic batch number b of the stream seeded
 // with seed: a few events of every kind.
@@ -177,7 +176,7 @@ func copyDir(t tb, src, dst string) {
 }
 
 func testOptions() Options {
-	return Options{Sync: wal.SyncNone, Logger: quietLogger}
+	return Options{Sync: wal.SyncNone, Logger: quietLogger()}
 }
 
 func mustOpen(t tb, dir string, opts Options) *Store {

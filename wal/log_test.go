@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -19,7 +18,7 @@ import (
 )
 
 func quietOpts() *Options {
-	return &Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	return &Options{Logger: slog.New(slog.DiscardHandler)}
 }
 
 func mustOpen(t testing.TB, dir string, o *Options) *Log {

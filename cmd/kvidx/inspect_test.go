@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"flag"
-	"io"
 	"io/fs"
 	"log/slog"
 	"math/rand/v2"
@@ -115,7 +114,7 @@ func genHistory(seed uint64, n int) [][]engine.Event {
 	return out
 }
 
-func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 func openStore(t *testing.T, dir string) *recovery.Store {
 	t.Helper()

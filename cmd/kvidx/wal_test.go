@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -356,7 +355,7 @@ func toVersion1(t *testing.T, path string) {
 func repairDataDir(t *testing.T, n int, snapAfter ...int) (string, recovery.Options, []engine.Event) {
 	t.Helper()
 	data, ctx := t.TempDir(), context.Background()
-	opts := recovery.Options{Sync: wal.SyncNone, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	opts := recovery.Options{Sync: wal.SyncNone, Logger: slog.New(slog.DiscardHandler)}
 	s, err := recovery.Open(ctx, data, opts)
 	if err != nil {
 		t.Fatal(err)
