@@ -5,6 +5,8 @@ import (
 	"math"
 	"slices"
 	"testing"
+
+	"github.com/zeebo/xxh3"
 )
 
 var (
@@ -345,6 +347,14 @@ func TestHashVectors(t *testing.T) {
 	salted := LocalHashes(nil, []uint32{1, 2, 3, 4}, 4, "adapter")
 	if salted[0] == local[0] {
 		t.Fatal("a LoRA name must salt local hashes")
+	}
+	// The salt is the formula: seed = 1337 + xxh3_64_with_seed(name, 0),
+	// over the same 4-byte little-endian tokens.
+	for _, name := range []string{"adapter", "a", "sql-lora-v2"} {
+		want := xxh3.HashSeed([]byte{1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 4, 0, 0, 0}, 1337+xxh3.HashStringSeed(name, 0))
+		if got := LocalHashes(nil, []uint32{1, 2, 3, 4}, 4, name); !slices.Equal(got, []uint64{want}) {
+			t.Fatalf("LoRA %q: local hashes %v, want [%d]", name, got, want)
+		}
 	}
 	if LocalHashes(nil, []uint32{1, 2, 3}, 4, "") != nil {
 		t.Fatal("a partial block must give no hash")
