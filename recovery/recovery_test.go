@@ -597,15 +597,20 @@ func dirOf300Entries(t *testing.T, snapshot bool) string {
 }
 
 // TestProgressLogged: a snapshot load and a WAL replay log their progress
-// (at every chance, with a progress interval of 1 ns).
+// (at every chance, with a progress interval of 1 ns), and no more often
+// than the interval (none within an hour's interval; the default is 1 s).
 func TestProgressLogged(t *testing.T) {
 	tests := []struct {
 		name     string
 		snapshot bool
+		interval time.Duration
 		want     []string
+		absent   []string
 	}{
-		{"replay", false, []string{"percent=", "entries_per_s=", "replayed_entries=300"}},
-		{"snapshot load", true, []string{`msg="loading snapshot"`, "percent=100.0", "places_per_s="}},
+		{"replay", false, time.Nanosecond, []string{"percent=", "entries_per_s=", "replayed_entries=300"}, nil},
+		{"snapshot load", true, time.Nanosecond, []string{`msg="loading snapshot"`, "percent=100.0", "places_per_s="}, nil},
+		{"replay, hourly", false, time.Hour, []string{"replayed_entries=300"}, []string{"entries_per_s="}},
+		{"snapshot load, hourly", true, time.Hour, nil, []string{`msg="loading snapshot"`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -613,13 +618,18 @@ func TestProgressLogged(t *testing.T) {
 			var buf logbuf.Buffer
 			opts := testOptions()
 			opts.Logger = slog.New(slog.NewTextHandler(&buf, nil))
-			opts.ProgressInterval = time.Nanosecond
+			opts.ProgressInterval = tt.interval
 			s := mustOpen(t, dir, opts)
 			s.Close()
 			out := buf.String()
 			for _, w := range tt.want {
 				if !strings.Contains(out, w) {
 					t.Fatalf("log lacks %q:\n%s", w, out)
+				}
+			}
+			for _, a := range tt.absent {
+				if strings.Contains(out, a) {
+					t.Fatalf("progress logged within an interval of %v (%q):\n%s", tt.interval, a, out)
 				}
 			}
 		})
