@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -510,23 +511,37 @@ func TestConcurrentAppendSnapshot(t *testing.T) {
 	}()
 	wg.Wait()
 	var all [][]engine.Event
+	var posAt []map[string]uint64 // posAt[i]: each source's position after entry i+1
+	cur := map[string]uint64{}
 	for e, err := range s.log.Entries(0) {
 		if err != nil {
 			t.Fatal(err)
 		}
 		all = append(all, e.Events)
+		for _, p := range e.Positions {
+			cur[p.Source] = p.Seq
+		}
+		posAt = append(posAt, maps.Clone(cur))
 	}
 	want := model(all)
 	sameState(t, s.Index(), want)
 	s.Close()
-	// Every snapshot equals the model cut at its index.
+	// Every snapshot equals the model cut at its index, and carries the
+	// source positions of the entries up to its index, no later ones.
 	list, _ := snapshot.List(filepath.Join(dir, SnapshotDirName))
 	for _, f := range list {
-		ix, _, err := snapshot.Load(context.Background(), f.Path)
+		ix, meta, err := snapshot.Load(context.Background(), f.Path)
 		if err != nil {
 			t.Fatal(err)
 		}
 		sameState(t, ix, model(all[:f.Index]))
+		got := map[string]uint64{}
+		for _, src := range meta.Sources {
+			got[src.Name] = src.Seq
+		}
+		if f.Index > 0 && !maps.Equal(got, posAt[f.Index-1]) {
+			t.Fatalf("snapshot at %d: sources %v, want %v", f.Index, got, posAt[f.Index-1])
+		}
 	}
 	s = mustOpen(t, dir, opts)
 	defer s.Close()
