@@ -56,5 +56,7 @@
 //
 // [Open] gives a [Reader] for inspection tools: meta, worker table, and
 // [Reader.Scan] over a position range and a set of workers, which reads only
-// the chunks that can hold such places.
+// the chunks that can hold such places (a scan of every position also checks
+// the data checksum and the chunk, place and holder-block counts; the count
+// of entries is checked by [Load] and [Reader.Verify]).
 package snapshot

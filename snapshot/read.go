@@ -270,9 +270,11 @@ func (r *Reader) Close() error { return r.db.Close() }
 // trimmed to them. A record's ID is the place's ordinal in the file and its
 // Parent the parent's ordinal (0: none). The record is reused between calls.
 // Scan checks each chunk it reads. A scan of every position (from 0 to
-// math.MaxUint32) reads every chunk, so it also checks the data checksum,
-// once every place is yielded: a flipped byte that still decodes is then an
-// error at the end rather than a wrong answer (see Verify for the rest).
+// math.MaxUint32) reads every chunk, so it also checks the data checksum
+// and the meta's counts of chunks, places and holder-blocks, once every
+// place is yielded: a flipped byte that still decodes, or a meta that
+// miscounts the data, is then an error at the end rather than a wrong
+// answer (see Verify for the rest: chunk order and the count of entries).
 func (r *Reader) Scan(ctx context.Context, from, to uint32, workers []engine.WorkerKey, yield func(*engine.PlaceRecord) bool) error {
 	if from > to {
 		return nil
@@ -319,6 +321,7 @@ func (r *Reader) Scan(ctx context.Context, from, to uint32, workers []engine.Wor
 		if start == nil {
 			return nil
 		}
+		chunks := 0
 		k, v := c.Seek(start)
 		for ; k != nil; k, v = c.Next() {
 			if err := ctx.Err(); err != nil {
@@ -329,6 +332,7 @@ func (r *Reader) Scan(ctx context.Context, from, to uint32, workers []engine.Wor
 			}
 			if full {
 				crc = checksumUpdate(checksumUpdate(crc, k), v)
+				chunks++
 			}
 			d.hasPrev, d.nextOrd = false, 0 // chunks are checked one by one
 			out.Reset()
@@ -348,8 +352,19 @@ func (r *Reader) Scan(ctx context.Context, from, to uint32, workers []engine.Wor
 				}
 			}
 		}
-		if full && crc != r.meta.Checksum {
+		if !full {
+			return nil
+		}
+		m := r.meta
+		switch {
+		case crc != m.Checksum:
 			return corrupt(r.path, "data checksum mismatch")
+		case chunks != m.Chunks:
+			return corrupt(r.path, "%d chunks, meta says %d", chunks, m.Chunks)
+		case d.places != m.Places:
+			return corrupt(r.path, "%d places, meta says %d", d.places, m.Places)
+		case d.hbs != m.Stats.HolderBlocks:
+			return corrupt(r.path, "%d holder-blocks, meta says %d", d.hbs, m.Stats.HolderBlocks)
 		}
 		return nil
 	})
