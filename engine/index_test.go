@@ -57,6 +57,32 @@ func scoreOf(ix *Index, w WorkerKey, q ...uint64) int {
 	return 0
 }
 
+// heldPlace is where a worker key holds a block: its place.
+type heldPlace struct {
+	Position   uint32
+	TokensHash uint64
+	Seq        uint64
+}
+
+// placesOf returns the place of every block hash worker key w holds, read
+// from a frozen copy of ix.
+func placesOf(ix *Index, w WorkerKey) map[uint64]heldPlace {
+	f := ix.Freeze()
+	defer f.Release(ix)
+	out := map[uint64]heldPlace{}
+	f.Places(func(r *PlaceRecord) bool {
+		for _, h := range r.Holders {
+			if h.Worker == w {
+				for _, bh := range h.BlockHashes {
+					out[bh] = heldPlace{r.Position, r.TokensHash, r.Seq}
+				}
+			}
+		}
+		return true
+	})
+	return out
+}
+
 // The table from the bug report that started the project.
 func TestNoEmptyEntrySurvives(t *testing.T) {
 	store := chain(w0, nil, 1, 2, 3)
@@ -104,6 +130,11 @@ func TestStoredPositionAndSeq(t *testing.T) {
 	apply(t, ix, ev)
 	if got := scoreOf(ix, w0, 1, 2, 3, 4); got != 3 {
 		t.Fatalf("start_position 7 must not land at position 3: score %d, want 3", got)
+	}
+	// It lands at position 7 exactly, its seq chained from the parent's.
+	want := heldPlace{Position: 7, TokensHash: 4, Seq: NextSeq(SeqHashes(nil, []uint64{1, 2, 3})[2], 4)}
+	if got, ok := placesOf(ix, w0)[ev.Blocks[0].BlockHash]; !ok || got != want {
+		t.Fatalf("start_position 7 with a parent: block at %+v (held %v), want %+v", got, ok, want)
 	}
 	// start_position without a parent: the block hash is the router seq (a Dynamo dump).
 	seqs := SeqHashes(nil, []uint64{5, 6, 7})
