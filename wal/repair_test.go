@@ -210,12 +210,20 @@ func TestMiddleDamageRefused(t *testing.T) {
 	tail := tailPath(t, src)
 	data, _ := os.ReadFile(tail)
 	ends := entryEnds(t, data)
+	type flip struct {
+		at   int
+		mask byte
+	}
 	for k := 0; k < len(ends)-1; k++ { // every entry but the last
 		start := endOr0(ends, k)
-		for _, i := range []int{start, start + 1, start + 3, ends[k] - 1} {
+		// The length prefix's high bits too: a longer length makes the
+		// rest of the segment look like one incomplete entry (the issue's
+		// case of a torn tail that is not one).
+		for _, f := range []flip{{start, 0x01}, {start, 0x40}, {start, 0x80}, {start + 1, 0x01}, {start + 1, 0x80}, {start + 3, 0x01}, {ends[k] - 1, 0x01}} {
+			i := f.at
 			dir := cloneDir(t, src)
 			b := append([]byte(nil), data...)
-			b[i] ^= 0x01
+			b[i] ^= f.mask
 			os.WriteFile(filepath.Join(dir, filepath.Base(tail)), b, 0o640)
 			_, err := Open(dir, quietOpts())
 			if !errors.Is(err, ErrCorrupt) {
