@@ -810,3 +810,59 @@ func TestOpenRefusesDataDirThatIsNoDirectory(t *testing.T) {
 		t.Fatalf("the file changed: %q, %v", b, err)
 	}
 }
+
+// TestTornTailReported: a torn tail on the WAL's last segment is cut at
+// Open, and the report (and its log line) says how many bytes were
+// dropped, the "torn-tail bytes dropped"; every whole entry is
+// replayed.
+func TestTornTailReported(t *testing.T) {
+	tests := []struct {
+		name string
+		tail []byte
+	}{
+		{"partial frame", []byte{0x40, 0x01, 0x02, 0x03}},
+		{"zeros", make([]byte, 100)},
+		{"none", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			bs := batches(3, 1, 20)
+			s := mustOpen(t, dir, testOptions())
+			for _, b := range bs {
+				mustAppend(t, s, b)
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			walDir := filepath.Join(dir, WALDirName)
+			segs, err := listSegments(walDir)
+			if err != nil || len(segs) == 0 {
+				t.Fatalf("segments %v: %v", segs, err)
+			}
+			f, err := os.OpenFile(filepath.Join(walDir, segs[len(segs)-1].name), os.O_APPEND|os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.Write(tt.tail); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+			var buf logbuf.Buffer
+			opts := testOptions()
+			opts.Logger = slog.New(slog.NewTextHandler(&buf, nil))
+			s = mustOpen(t, dir, opts)
+			defer s.Close()
+			r := s.Report()
+			if r.TornBytesDropped != int64(len(tt.tail)) || r.ReplayedEntries != 20 || r.LastIndex != 20 {
+				t.Fatalf("report %+v, want %d torn bytes dropped and 20 entries replayed", r, len(tt.tail))
+			}
+			if want := fmt.Sprintf("torn_bytes=%d", len(tt.tail)); !strings.Contains(buf.String(), want) {
+				t.Fatalf("log lacks %q:\n%s", want, buf.String())
+			}
+			sameState(t, s.Index(), model(bs))
+		})
+	}
+}
