@@ -293,3 +293,23 @@ func TestMetaCountsMustMatchData(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// A file without chunks whose consistent meta counts some is refused by
+// Load and by a full Scan alike.
+func TestMetaCountsOfEmptyFile(t *testing.T) {
+	empty := engine.New()
+	b, err := os.ReadFile(writeSnap(t, t.TempDir(), empty, 9))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{metaHolderBlocks, metaPlaces, metaChunks} {
+		t.Run(k, func(t *testing.T) {
+			bad := editMeta(t, b, func(mb *bolt.Bucket) error {
+				return resealMeta(mb, k, func(v []byte) []byte {
+					return binary.BigEndian.AppendUint64(nil, binary.BigEndian.Uint64(v)+1)
+				})
+			})
+			checkBad(t, k, bad, true, empty, [][]uint64{{1}})
+		})
+	}
+}

@@ -318,9 +318,10 @@ func (r *Reader) Scan(ctx context.Context, from, to uint32, workers []engine.Wor
 			start = pk
 			pk, pv = c.Prev()
 		}
-		if start == nil {
+		if start == nil && !full {
 			return nil
 		}
+		// A full scan of a file without chunks still checks the meta.
 		chunks := 0
 		k, v := c.Seek(start)
 		for ; k != nil; k, v = c.Next() {
