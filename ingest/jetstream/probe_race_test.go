@@ -79,3 +79,29 @@ func TestProbeFindsOwnSubjectMessage(t *testing.T) {
 	}
 	t.Logf("%d looks in the window, %d fetches timed out", hits, timeouts)
 }
+
+// The idle check's probe, when message prev+1 is gone but a later one is
+// in the stream (stored just before the look, and not yet counted in the
+// consumer's pending): messages prev+1..LastSeq are not all gone, and the
+// check must not record them so (with --nats-allow-gap it recorded LastSeq
+// as the position, past a message about to be delivered).
+func TestIdleProbeSeesLaterMessage(t *testing.T) {
+	url := natstest.Start(t)
+	publishCleared(t, url, 3)
+	stream := testStreamOf(t, url)
+	deleteMsgs(t, stream, 2, 2)
+	ctx := context.Background()
+	now, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := New(Config{URL: url, Stream: testStream}, &posStore{})
+	noNarrow := func(_ []string, m *js.RawStreamMsg) { t.Fatalf("narrowed by message %d on %s", m.Sequence, m.Subject) }
+	if !src.anyFrom(ctx, stream, 2, noNarrow, now) {
+		t.Fatal("message 2 gone and message 3 in the stream: the probe says messages 2..3 are gone")
+	}
+	deleteMsgs(t, stream, 3, 3)
+	if src.anyFrom(ctx, stream, 2, noNarrow, now) {
+		t.Fatal("messages 2..3 gone: the probe says one is there")
+	}
+}

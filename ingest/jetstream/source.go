@@ -446,7 +446,7 @@ func (s *Source) session(ctx context.Context) error {
 					// (deleted one by one, purged by subject, at the end of
 					// the stream) before this replica applied them: no later
 					// message may come to show the jump.
-					if ci, err := cons.Info(ctx); err == nil && ci.NumPending == 0 && ci.Delivered.Stream <= prev && !s.stillThere(ctx, stream, prev+1, narrowed, now) {
+					if ci, err := cons.Info(ctx); err == nil && ci.NumPending == 0 && ci.Delivered.Stream <= prev && !s.anyFrom(ctx, stream, prev+1, narrowed, now) {
 						gap := fmt.Sprintf("stream %s messages %d..%d are gone (removed before this replica applied them)", s.cfg.Stream, prev+1, now.State.LastSeq)
 						if !s.cfg.AllowGap {
 							s.update(func(st *Status) { st.Gap, st.Lag = gap, 0 })
@@ -609,6 +609,23 @@ func (s *Source) pendingFrom(ctx context.Context, stream js.Stream, seq uint64) 
 // no sign of a narrow filter.
 func (s *Source) stillThere(ctx context.Context, stream js.Stream, seq uint64, narrowed func([]string, *js.RawStreamMsg), now *js.StreamInfo) bool {
 	m, err := stream.GetMsg(ctx, seq)
+	return s.found(m, err, narrowed, now)
+}
+
+// anyFrom reports whether the stream holds a message at seq or after it,
+// as stillThere does of seq alone. The idle check declares seq..LastSeq
+// gone only when none is left: seq's absence alone proves nothing of the
+// messages after it, and one stored just before the check may not be
+// counted in the consumer's pending yet (the server counts asynchronously),
+// so a gap declared to LastSeq would record a message about to be
+// delivered as gone.
+func (s *Source) anyFrom(ctx context.Context, stream js.Stream, seq uint64, narrowed func([]string, *js.RawStreamMsg), now *js.StreamInfo) bool {
+	m, err := stream.GetMsg(ctx, seq, js.WithGetMsgSubject(">"))
+	return s.found(m, err, narrowed, now)
+}
+
+// found is stillThere's and anyFrom's verdict on a probe's answer.
+func (s *Source) found(m *js.RawStreamMsg, err error, narrowed func([]string, *js.RawStreamMsg), now *js.StreamInfo) bool {
 	if err != nil {
 		return !errors.Is(err, js.ErrMsgNotFound)
 	}
