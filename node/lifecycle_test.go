@@ -673,3 +673,33 @@ func TestReadyzPausedAboveTheFloorSaysSo(t *testing.T) {
 		t.Fatalf("readyz paused with 1 MiB free below a 9 MiB floor: %+v", ready)
 	}
 }
+
+// A server whose store never came (recovery failed or was interrupted)
+// served health checks only: its stop must not say it drains requests
+// (kvidx serve on a directory another server held logged that before its
+// lock error).
+func TestRunWithoutStoreSaysSo(t *testing.T) {
+	for _, withStore := range []bool{false, true} {
+		var logs logbuf.Buffer
+		srv := New(Config{Logger: slog.New(slog.NewTextHandler(&logs, nil)), ShutdownTimeout: time.Second})
+		if withStore {
+			srv.SetStore(newFakeStore())
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- srv.Run(ctx, ln) }()
+		waitFor(t, "serving", func() bool { return strings.Contains(logs.String(), `msg=serving`) })
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		out := logs.String()
+		if drains := strings.Contains(out, "draining in-flight requests"); drains != withStore {
+			t.Fatalf("store set %v: log says it drains requests: %v\n%s", withStore, drains, out)
+		}
+	}
+}

@@ -52,7 +52,13 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 		cancel()
 		s.draining.Store(true)
 	case <-ctx.Done():
-		s.log.Info("shutting down: draining in-flight requests", "timeout", s.cfg.ShutdownTimeout)
+		if s.store.Load() != nil {
+			s.log.Info("shutting down: draining in-flight requests", "timeout", s.cfg.ShutdownTimeout)
+		} else {
+			// Recovery ended without a store (it failed, or was
+			// interrupted): only health checks were served.
+			s.log.Info("stopping the health endpoints: no store was set")
+		}
 		s.sources.cancel() // they stop while the requests drain
 		shCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
 		err := fs.ShutdownWithContext(shCtx)
