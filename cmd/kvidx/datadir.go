@@ -78,6 +78,23 @@ func checkFormatFile(dir string) (version int, problem string, err error) {
 	return v, "", err
 }
 
+// existingDataDir checks that dataDir exists and is a directory, for the
+// commands that work on an existing data directory; hint follows "does not
+// exist" in the error.
+func existingDataDir(dataDir, hint string) error {
+	fi, err := os.Stat(dataDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("data dir %s does not exist%s", dataDir, hint)
+	}
+	if err != nil {
+		return fmt.Errorf("data dir %s: %w", dataDir, err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("data dir %s is not a directory", dataDir)
+	}
+	return nil
+}
+
 // isDataDir reports whether path is a directory (a data directory, as
 // opposed to a snapshot file).
 func isDataDir(path string) (bool, error) {
@@ -134,15 +151,12 @@ func planRecoveryOnce(ctx context.Context, dir string, load bool, progress io.Wr
 }
 
 func planRecoveryRead(ctx context.Context, dir string, load bool, progress io.Writer, raced *bool) (*recoveryPlan, *engine.Index, error) {
-	fi, err := os.Stat(dir)
-	if err != nil {
-		return nil, nil, fmt.Errorf("data dir %s: %w", dir, err)
-	}
-	if !fi.IsDir() {
-		return nil, nil, fmt.Errorf("data dir %s: not a directory", dir)
+	if err := existingDataDir(dir, ""); err != nil {
+		return nil, nil, err
 	}
 	// Lists are [] in JSON when empty, as every list kvidx prints is.
 	p := &recoveryPlan{walDir: filepath.Join(dir, recovery.WALDirName), Skipped: []skipped{}, TempFiles: []string{}}
+	var err error
 	if p.Format, p.FormatProblem, err = checkFormatFile(dir); err != nil {
 		return nil, nil, err // it names the data dir
 	}

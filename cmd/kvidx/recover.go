@@ -141,15 +141,8 @@ one (offline compaction), then closes and prints the recovery report.`,
 // requireDataDir checks that dir is an existing kvidx data directory: a
 // directory holding a FORMAT file or a wal/ directory.
 func requireDataDir(dir string) error {
-	fi, err := os.Stat(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("data dir %s does not exist (recover works on an existing data directory)", dir)
-	}
-	if err != nil {
-		return fmt.Errorf("data dir %s: %w", dir, err)
-	}
-	if !fi.IsDir() {
-		return fmt.Errorf("data dir %s is not a directory", dir)
+	if err := existingDataDir(dir, " (recover works on an existing data directory)"); err != nil {
+		return err
 	}
 	for _, name := range []string{recovery.FormatFileName, recovery.WALDirName} {
 		if _, err := os.Lstat(filepath.Join(dir, name)); err == nil {

@@ -148,18 +148,11 @@ var errNoWALDir = errors.New("no WAL directory")
 // without this a mistyped path, a plain file or the wal directory itself
 // was reported as an empty log.
 func walDirOf(dataDir string) (string, error) {
-	fi, err := os.Stat(dataDir)
-	if errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("data dir %s does not exist", dataDir)
-	}
-	if err != nil {
-		return "", fmt.Errorf("data dir %s: %w", dataDir, err)
-	}
-	if !fi.IsDir() {
-		return "", fmt.Errorf("data dir %s is not a directory", dataDir)
+	if err := existingDataDir(dataDir, ""); err != nil {
+		return "", err
 	}
 	dir := filepath.Join(dataDir, recovery.WALDirName)
-	fi, err = os.Stat(dir)
+	fi, err := os.Stat(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return dir, fmt.Errorf("data dir %s has no %s/ directory (not a kvidx data directory? give DATA_DIR, not DATA_DIR/%s): %w", dataDir, recovery.WALDirName, recovery.WALDirName, errNoWALDir)
 	}
