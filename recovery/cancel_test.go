@@ -2,6 +2,8 @@ package recovery
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -54,6 +56,63 @@ func TestDamageRefusalHonoursContextTable(t *testing.T) {
 			for _, n := range tt.not {
 				if strings.Contains(msg, n) {
 					t.Errorf("refusal %q\nwant no %q in it", msg, n)
+				}
+			}
+		})
+	}
+}
+
+// A refusal of a damaged WAL cut short by the caller's context (kvidx
+// serve's SIGINT while the snapshots past the damage are verified) is an
+// interruption: the error wraps the context's, so that serve stops cleanly,
+// not a refusal saying "(interrupted)" (found by review: Ctrl-C during such
+// a startup printed the refusal and exited 1).
+func TestDamageRefusalInterruptedIsAStopTable(t *testing.T) {
+	tests := []struct {
+		name string
+		// refuse returns the error the data directory dir is refused
+		// with under ctx.
+		refuse func(ctx context.Context, dir string, opts Options) error
+	}{
+		{"open, damage in the last segment", func(ctx context.Context, dir string, opts Options) error {
+			walDir := filepath.Join(dir, WALDirName)
+			segs, err := wal.Segments(walDir)
+			if err != nil || len(segs) != 1 {
+				return fmt.Errorf("segments %v, %v; want one", segs, err)
+			}
+			flipMiddle(t, filepath.Join(walDir, segs[0].Name))
+			_, err = Open(ctx, dir, opts)
+			return err
+		}},
+		{"DamageErr, replay", func(ctx context.Context, dir string, _ Options) error {
+			ee := &wal.EntryError{Dir: filepath.Join(dir, WALDirName), Segment: "00000000000000000001", Offset: 10, Entry: 30, Err: wal.ErrCorrupt}
+			return DamageErr(ctx, dir, ee)
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, canceled := range []bool{false, true} {
+				dir := t.TempDir()
+				opts := testOptions()
+				opts.KeepSnapshots = 5
+				writeHistory(t, dir, opts, 7, 60, 50)
+				ctx, cancel := context.WithCancel(context.Background())
+				if canceled {
+					cancel()
+				}
+				err := tt.refuse(ctx, dir, opts)
+				cancel()
+				if err == nil {
+					t.Fatalf("canceled %v: no error", canceled)
+				}
+				if errors.Is(err, context.Canceled) != canceled {
+					t.Errorf("canceled %v: %v; errors.Is(err, context.Canceled) = %v", canceled, err, !canceled)
+				}
+				if canceled && strings.Contains(err.Error(), "was not verified") {
+					t.Errorf("interrupted: %v; want no refusal text", err)
+				}
+				if !canceled && !strings.Contains(err.Error(), "--truncate-before 51") {
+					t.Errorf("%v; want the refusal naming --truncate-before 51", err)
 				}
 			}
 		})

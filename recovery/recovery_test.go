@@ -836,11 +836,11 @@ func TestTornTailReported(t *testing.T) {
 				t.Fatal(err)
 			}
 			walDir := filepath.Join(dir, WALDirName)
-			segs, err := listSegments(walDir)
+			segs, err := wal.Segments(walDir)
 			if err != nil || len(segs) == 0 {
 				t.Fatalf("segments %v: %v", segs, err)
 			}
-			f, err := os.OpenFile(filepath.Join(walDir, segs[len(segs)-1].name), os.O_APPEND|os.O_WRONLY, 0)
+			f, err := os.OpenFile(filepath.Join(walDir, segs[len(segs)-1].Name), os.O_APPEND|os.O_WRONLY, 0)
 			if err != nil {
 				t.Fatal(err)
 			}

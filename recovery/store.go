@@ -220,6 +220,9 @@ func Open(ctx context.Context, dir string, opts Options) (_ *Store, err error) {
 				err: fmt.Errorf("%w: %w", ErrUnrecoverable, err)}
 		}
 		if msg := DamageRefusal(ctx, dir, err); msg != "" {
+			if cerr := ctx.Err(); cerr != nil { // see DamageErr
+				return nil, fmt.Errorf("data dir %s: %w", dir, interruptedJudging(err, cerr))
+			}
 			return nil, &refusal{msg: fmt.Sprintf("data dir %s: %s: %v", dir, msg, wal.ErrCorrupt), err: err}
 		}
 		return nil, fmt.Errorf("data dir %s: %w", dir, err)
@@ -670,11 +673,26 @@ func missingTailRefusal(dataDir string, mt *wal.MissingTailError) string {
 
 // DamageErr is err explained by [DamageRefusal] when it is damage inside the
 // WAL of dataDir (errors.Is and errors.As still see err), else err.
+//
+// When ctx is done by the time the refusal is judged (kvidx serve's SIGINT
+// while the snapshots past the damage are verified), the error wraps ctx's
+// instead: an interrupted startup, not a refusal that could not say which
+// repair applies.
 func DamageErr(ctx context.Context, dataDir string, err error) error {
-	if msg := DamageRefusal(ctx, dataDir, err); msg != "" {
-		return &refusal{msg: msg, err: err}
+	msg := DamageRefusal(ctx, dataDir, err)
+	if msg == "" {
+		return err
 	}
-	return err
+	if cerr := ctx.Err(); cerr != nil {
+		return interruptedJudging(err, cerr)
+	}
+	return &refusal{msg: msg, err: err}
+}
+
+// interruptedJudging is the error of a refusal of the damage err that the
+// context error cerr cut short.
+func interruptedJudging(err, cerr error) error {
+	return fmt.Errorf("interrupted while judging the damage (%v): %w", err, cerr)
 }
 
 // refusal is an error with a message of its own that wraps the error it
