@@ -2,9 +2,12 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
+	"syscall"
 
 	"github.com/kvidx/kvidx"
 	"github.com/kvidx/kvidx/workload"
@@ -74,13 +77,23 @@ file may be plain JSON lines or gzipped.`,
 			if err != nil {
 				return err
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
+			ctx := cmd.Context()
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			// SIGINT and SIGTERM alike end the run with a short error
+			// (SIGTERM killed it without a word).
+			ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 			defer stop()
 
 			pr, pf := newRunProgress(cmd, "bench", progress)
 			rep, err := workload.Bench(ctx, tr, cfg, pf)
 			pr.done()
 			if err != nil {
+				if ctx.Err() != nil {
+					// Not "bench: context canceled".
+					return errors.New("bench: interrupted, no report")
+				}
 				return err
 			}
 

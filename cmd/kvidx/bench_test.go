@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"maps"
 	"os"
@@ -117,4 +118,24 @@ func TestHelpShowsNoEmptyDefault(t *testing.T) {
 		}
 	}
 	walk(newRootCmd())
+}
+
+// A bench cut short by its context (SIGINT or SIGTERM) says so in a word,
+// and prints no report (found by review: "kvidx: bench: context
+// canceled", and SIGTERM killed it without one).
+func TestBenchInterrupted(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var out, errOut bytes.Buffer
+	root := newRootCmd()
+	root.SetArgs([]string{"bench", "--duplicate", "1"})
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	err := root.ExecuteContext(ctx)
+	if err == nil || err.Error() != "bench: interrupted, no report" {
+		t.Fatalf("bench with its context done: %v; want \"bench: interrupted, no report\"", err)
+	}
+	if out.Len() != 0 {
+		t.Errorf("interrupted bench printed a report:\n%s", out.String())
+	}
 }
