@@ -77,6 +77,8 @@ dropped unanswered (nothing of them was acknowledged). The exit status is 1
 when the WAL was fenced (a write or fsync failed), a batch was still being
 written when the wait ended, or the final snapshot failed (not for lack of
 room on a nearly full disk: the next start then replays the WAL); else 0.
+A second SIGTERM or SIGINT, during the shutdown or recovery, ends the process
+at once (killed by that signal; nothing acknowledged is lost).
 
 Before the WAL can fill its filesystem, ingest pauses: while less is free
 than a snapshot of the index and the WAL's next entries need, events get 503
@@ -363,6 +365,18 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	defer stopRun()
 	served := make(chan error, 1)
 	go func() { served <- srv.Run(runCtx, ln) }()
+	// Once a first SIGTERM or SIGINT has come, a second takes the default
+	// action and ends the process at once, during recovery too: a step
+	// that does not heed the signal (reserving the index's memory, a read
+	// that blocks) can still be cut short without SIGKILL (found by
+	// review: during recovery the second signal was caught and ignored).
+	go func() {
+		<-ctx.Done()
+		stop() // before the log line, which then holds when it is read
+		if cmd.Context().Err() == nil {
+			log.Info("shutting down; a second SIGTERM or SIGINT stops at once")
+		}
+	}()
 
 	store, err := recovery.Open(ctx, f.dataDir, recovery.Options{
 		Sync:          policy,
@@ -393,19 +407,14 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		}
 	}
 	srv.SetStore(store)
-	// Once the shutdown has begun, a second SIGTERM or SIGINT takes the
-	// default action and ends the process at once: a drain held up by a
-	// slow client or a long final snapshot can still be cut short without
-	// SIGKILL. Nothing acknowledged is lost (the WAL holds it; an
-	// interrupted snapshot's temporary file is removed at the next start).
-	// (A signal during recovery ends it: recovery.Open returns, or, if it
-	// had finished, the shutdown begins here at once.)
+	// The signal begins the shutdown (see above for a second one): a drain
+	// held up by a slow client or a long final snapshot can still be cut
+	// short without SIGKILL. Nothing acknowledged is lost (the WAL holds
+	// it; an interrupted snapshot's temporary file is removed at the next
+	// start). (A signal during recovery ends it: recovery.Open returns, or,
+	// if it had finished, the shutdown begins here at once.)
 	go func() {
 		<-ctx.Done()
-		stop() // before the log line, which then holds when it is read
-		if cmd.Context().Err() == nil {
-			log.Info("shutting down; a second SIGTERM or SIGINT stops at once")
-		}
 		stopRun()
 	}()
 	for _, spec := range specs {
