@@ -1,6 +1,9 @@
 package engine
 
-import "slices"
+import (
+	"context"
+	"slices"
+)
 
 // ReservedBytesPerHolderBlock is about what Reserve maps in a holder-block
 // reserved, used or not: a shard table slot (at load 0.75), three quarters
@@ -30,9 +33,14 @@ const ReservedBytesPerHolderBlock = 55
 //
 // Arguments of 0 or less reserve nothing; reservations above
 // MaxReservedHolderBlocks or MaxWorkerKeys are cut to them.
-func (ix *Index) Reserve(holderBlocks, workerKeys int) {
+//
+// A large reservation takes seconds (150M holder-blocks: about 16 s here),
+// so Reserve stops between shards and between reverse maps once ctx is
+// done, and returns ctx's error: the index is then reserved in part, and
+// as correct as before.
+func (ix *Index) Reserve(ctx context.Context, holderBlocks, workerKeys int) error {
 	if holderBlocks <= 0 || workerKeys <= 0 {
-		return
+		return nil
 	}
 	holderBlocks = min(holderBlocks, MaxReservedHolderBlocks)
 	workerKeys = min(workerKeys, MaxWorkerKeys)
@@ -40,6 +48,9 @@ func (ix *Index) Reserve(holderBlocks, workerKeys int) {
 	defer ix.mu.Unlock()
 	perShard := (holderBlocks + shardCount - 1) / shardCount
 	for si := range ix.shards {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		ix.shards[si].reserve(perShard, perShard*reservedPlaces/4)
 	}
 	perWorker := (holderBlocks + workerKeys - 1) / workerKeys
@@ -50,6 +61,9 @@ func (ix *Index) Reserve(holderBlocks, workerKeys int) {
 	// new size; others take the rest of the reservation. Keys beyond it
 	// grow their maps as usual.
 	for _, id := range ix.order {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		w := ix.workers[id]
 		if w.rev.floor == 0 {
 			if ix.revReserved >= ix.revKeys {
@@ -66,8 +80,12 @@ func (ix *Index) Reserve(holderBlocks, workerKeys int) {
 	clear(ix.revSpare[keep:])
 	ix.revSpare = ix.revSpare[:keep]
 	for len(ix.revSpare)+ix.revReserved < ix.revKeys {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		ix.revSpare = append(ix.revSpare, touched(populated(make([]revSlot, ix.revFloor)), revSlotBytes))
 	}
+	return nil
 }
 
 // Reserved returns what [Index.Reserve] has reserved the index for: the

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -29,6 +30,34 @@ func checkReserved(t interface{ Fatalf(string, ...any) }, ix *Index) {
 	}
 }
 
+// cancelAfter is a context whose Err says canceled after checks calls.
+type cancelAfter struct {
+	context.Context
+	checks int
+}
+
+func (c *cancelAfter) Err() error {
+	if c.checks <= 0 {
+		return context.Canceled
+	}
+	c.checks--
+	return nil
+}
+
+// A Reserve stopped by its context returns the context's error.
+func TestReserveStops(t *testing.T) {
+	ix := New()
+	ctx := &cancelAfter{Context: context.Background(), checks: 10}
+	if err := ix.Reserve(ctx, 1<<20, 8); err != context.Canceled {
+		t.Fatalf("Reserve cut short: %v, want context.Canceled", err)
+	}
+	checkReserved(t, ix)
+	if err := ix.Reserve(context.Background(), 1<<20, 8); err != nil {
+		t.Fatal(err)
+	}
+	checkReserved(t, ix)
+}
+
 // A reserved index answers exactly as the model does, whenever the
 // reservation is made (before any event, or with blocks held), through
 // compactions and reloads, and its reserved memory stays.
@@ -42,7 +71,13 @@ func TestReservedIndexMatchesModel(t *testing.T) {
 			// reserved pages.
 			hbs := rapid.SampledFrom([]int{0, 1, 40, 3000, 200000}).Draw(t, label+"_blocks")
 			keys := rapid.IntRange(0, 5).Draw(t, label+"_keys")
-			ix.Reserve(hbs, keys)
+			// Some reservations are cut short (kvidx serve stopped while
+			// it reserves): the index stays correct.
+			ctx := context.Context(context.Background())
+			if rapid.Bool().Draw(t, label+"_cut") {
+				ctx = &cancelAfter{Context: ctx, checks: rapid.IntRange(0, 300).Draw(t, label+"_checks")}
+			}
+			_ = ix.Reserve(ctx, hbs, keys)
 			checkReserved(t, ix)
 		}
 		reserve("first")
@@ -68,8 +103,8 @@ func TestReserveKeepsMemory(t *testing.T) {
 	const workers, perWorker = 4, 3000
 	ix := New()
 	// Twice the blocks stored: some shards get more than their share.
-	ix.Reserve(2*workers*perWorker, workers)
-	ix.Reserve(workers*perWorker, workers) // smaller: nothing changes
+	ix.Reserve(context.Background(), 2*workers*perWorker, workers)
+	ix.Reserve(context.Background(), workers*perWorker, workers) // smaller: nothing changes
 	if b, k := ix.Reserved(); b != 2*workers*perWorker || k != workers {
 		t.Fatalf("Reserved() = %d, %d", b, k)
 	}
@@ -153,7 +188,7 @@ func TestReserveKeepsMemory(t *testing.T) {
 // would otherwise multiply its memory).
 func TestReserveBeyondWorkerKeys(t *testing.T) {
 	ix := New()
-	ix.Reserve(1<<20, 2)
+	ix.Reserve(context.Background(), 1<<20, 2)
 	for w := range 6 {
 		apply(t, ix, chain(WorkerKey{WorkerID: uint64(w)}, nil, uint64(w+1)))
 	}
@@ -187,7 +222,7 @@ func TestReserveBeyondWorkerKeys(t *testing.T) {
 // A snapshot copies the pages that hold places, not the reserved ones.
 func TestFreezeSkipsReservedPages(t *testing.T) {
 	ix := New()
-	ix.Reserve(1<<20, 8)
+	ix.Reserve(context.Background(), 1<<20, 8)
 	f := ix.Freeze()
 	for si := range f.pages {
 		if len(f.pages[si]) != 0 {
@@ -211,7 +246,7 @@ func TestFreezeSkipsReservedPages(t *testing.T) {
 func TestReserveNothing(t *testing.T) {
 	for _, c := range []struct{ blocks, keys int }{{0, 0}, {0, 4}, {100, 0}, {-1, 4}, {100, -1}} {
 		ix := New()
-		ix.Reserve(c.blocks, c.keys)
+		ix.Reserve(context.Background(), c.blocks, c.keys)
 		if b, k := ix.Reserved(); b != 0 || k != 0 {
 			t.Fatalf("Reserve(%d, %d): Reserved() = %d, %d", c.blocks, c.keys, b, k)
 		}

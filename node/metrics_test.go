@@ -18,7 +18,7 @@ func TestMetricsLintAndValues(t *testing.T) {
 	e.do(t, "POST", "/v1/match", `{"local_hashes":[1,2,3]}`).want(t, 200)
 	e.do(t, "POST", "/v1/snapshot", "").want(t, 200)
 	e.srv.Metrics().ObserveRecovery(1500e6, 42)
-	e.store.Index().Reserve(6400, 2)
+	e.store.Index().Reserve(context.Background(), 6400, 2)
 
 	problems, err := testutil.GatherAndLint(e.srv.Metrics().Registry())
 	if err != nil {

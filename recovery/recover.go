@@ -85,7 +85,9 @@ func (s *Store) recover(ctx context.Context) error {
 		s.logger.Info("reserving index memory", "holder_blocks", s.opts.ReserveHolderBlocks,
 			"worker_keys", s.opts.ReserveWorkerKeys)
 		start := time.Now()
-		ix.Reserve(s.opts.ReserveHolderBlocks, s.opts.ReserveWorkerKeys)
+		if err := ix.Reserve(ctx, s.opts.ReserveHolderBlocks, s.opts.ReserveWorkerKeys); err != nil {
+			return err
+		}
 		s.logger.Info("index reserved", "holder_blocks", s.opts.ReserveHolderBlocks,
 			"worker_keys", s.opts.ReserveWorkerKeys, "duration", time.Since(start))
 	}

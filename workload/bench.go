@@ -84,7 +84,9 @@ func Bench(ctx context.Context, tr *Trace, cfg BenchConfig, progress ProgressFun
 	ix := engine.New()
 	if cfg.Reserve {
 		// A small trace never fills a large simulated cluster.
-		ix.Reserve(min(cfg.Workers*cfg.Capacity, NumBlocks(tr, cfg.Duplicate)), cfg.Workers)
+		if err := ix.Reserve(ctx, min(cfg.Workers*cfg.Capacity, NumBlocks(tr, cfg.Duplicate)), cfg.Workers); err != nil {
+			return nil, err
+		}
 	}
 	var (
 		applyTime, matchTime time.Duration

@@ -48,7 +48,7 @@ func benchApply(b *testing.B, reserve bool) {
 		b.StopTimer()
 		ix := engine.New()
 		if reserve {
-			ix.Reserve(cfg.Workers*cfg.Capacity, cfg.Workers)
+			ix.Reserve(context.Background(), cfg.Workers*cfg.Capacity, cfg.Workers)
 		}
 		b.StartTimer()
 		start := time.Now()
