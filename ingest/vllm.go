@@ -1,5 +1,21 @@
 package ingest
 
+// Wire format.
+//
+// A vLLM engine publishes on a PUB socket messages of three frames: a
+// topic, an 8-byte big-endian batch sequence number, and a msgpack batch
+// ([VLLMDecoder]): [ts, [events...], data_parallel_rank] or a map with
+// those keys; events are BlockStored, BlockRemoved and AllBlocksCleared,
+// tagged by class name as an array (tag first) or a map ("type" key).
+// kvidx hashes each stored block's tokens itself (engine.LocalHashes with
+// the LoRA salt of lora_name) and keeps the engine's hash as the block hash.
+// Hashes may be unsigned or signed integers (bits kept) or bytes (the low 8,
+// big-endian). SGLang's publisher is read too: its salted stores' metadata
+// map in lora_name's place is skipped, and its EAGLE bigram token_ids
+// ([t_i, t_i+1] pairs) are read as each pair's first token.
+// BlockStored token ids are hashed as any token list: full blocks only, a
+// trailing partial block dropped.
+
 import (
 	"bytes"
 	"encoding/binary"

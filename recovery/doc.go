@@ -2,7 +2,10 @@
 // restart, with exactly the index its acknowledged events produced: not
 // older (lost events), not fuller (removed blocks revived).
 //
-// # Data directory
+// It is where the layers meet: package wal and package snapshot know
+// engine types but not each other, and recovery joins them to an
+// [engine.Index] in a durable [Store], which package node serves and the
+// event sources (package ingest, ingest/jetstream) append to.
 //
 //	DATA_DIR/FORMAT       "kvidx-data 2\n"; a newer format is refused, a
 //	                      format 1 directory upgraded in place when opened
@@ -15,53 +18,26 @@
 // an error wrapping [wal.ErrLocked]. A missing or empty directory starts a
 // new, empty index.
 //
-// # Recovery
+// Entry points: [Open] recovers and returns the [Store]; [Store.Append],
+// [Store.Snapshot], [Store.Applied] and [Store.Close] run it. [CheckFormat],
+// [ChooseSnapshot] and [VerifySnapshot] let the offline commands (kvidx
+// recover --dry-run, inspect, wal) judge a directory as Open would, without
+// taking its lock.
 //
-// [Open] removes the temporary files of interrupted snapshot writes, opens
-// the WAL (which cuts a torn tail itself) and checks its segment files fit
-// end to end. It then picks the newest snapshot that verifies and that the
-// WAL reaches back to (WAL first index <= snapshot index + 1, counted after
-// the last gap between segments), loads it and replays every entry after the
-// snapshot's index, in order, applying each event exactly as a live append
-// does (rejections count in the engine's counters the same way). Source
-// positions start from the snapshot's and merge each entry's, last value per
-// source winning. With no usable snapshot the whole WAL is replayed, and it
-// must then begin at index 1.
+// Guarantees (the file named holds the details):
 //
-// Open refuses to start, naming every snapshot and why it was rejected and
-// the WAL's first and last index, when no snapshot-plus-WAL combination
-// covers the history; when a published snapshot is newer than the WAL's last
-// entry (acknowledged entries are missing); or when the WAL is damaged or has
-// a gap in the entries to replay. It never starts with silent data loss.
-// Long snapshot loads and replays log their progress at most once a second.
-//
-// tidwall/wal neither checks that its segment files follow each other nor
-// survives reading an entry of a missing one (it panics), so Open reads the
-// framing of every segment but the last to find gaps, and names them.
-// An empty WAL can only continue at the index it was emptied at: a lost WAL
-// directory next to its snapshots is refused, not restarted at index 1.
-//
-// # Live operation
-//
-// [Store.Append] writes a batch to the WAL under its sync policy; the WAL's
-// commit hook applies each committed entry to the index, under the store's
-// mutex, before the producer is answered, so the commit order is the apply
-// order and [Store.Applied] always names the last applied entry.
-//
-// [Store.Snapshot] takes a consistent cut (a [engine.Index.Freeze] copy,
-// the applied index and the positions, under the mutex: event application
-// pauses only for the copy), writes it outside the mutex, publishes it, keeps
-// the newest K snapshots ([Options.KeepSnapshots], default 2) and only then
-// truncates the WAL front, up to the oldest retained snapshot, and not at
-// all while fewer than K snapshots exist: a damaged newest snapshot can
-// always fall back to the previous one (K >= 2) with a longer replay. A
-// Snapshot when nothing was applied since the last snapshot this Store wrote
-// or loaded returns that snapshot without writing.
-//
-// Appends pause, failing with [ErrLowSpace] (a retriable [wal.ErrOverloaded]),
-// while the WAL's filesystem has less free space than a snapshot of the
-// index needs plus room for the WAL's next entries: a WAL that filled the
-// disk would fence the log until a restart, while a paused store resumes
-// by itself once space is back, and still has room for the snapshot whose
-// retention may free it.
+//   - Open loads the newest snapshot that verifies and that the WAL reaches
+//     back to, then replays every later entry exactly as a live append
+//     applies it (recover.go).
+//   - Open refuses to start, naming every snapshot and why it was rejected,
+//     rather than start with silent data loss: a gap or damage in the WAL, a
+//     snapshot newer than the WAL's end, or no snapshot-plus-WAL that covers
+//     the history (recover.go).
+//   - The commit order is the apply order: an entry is applied before its
+//     producer is answered (store.go).
+//   - The WAL front is truncated only up to the oldest of the K snapshots
+//     kept, so a damaged newest snapshot falls back to the previous one
+//     (store.go).
+//   - On low disk space appends pause with a retriable [ErrLowSpace] rather
+//     than fence the WAL, and resume by themselves (space.go).
 package recovery

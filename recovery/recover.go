@@ -1,5 +1,31 @@
 package recovery
 
+// How Open recovers.
+//
+// [Open] removes the temporary files of interrupted snapshot writes, opens
+// the WAL (which cuts a torn tail itself) and checks its segment files fit
+// end to end. It then picks the newest snapshot that verifies and that the
+// WAL reaches back to (WAL first index <= snapshot index + 1, counted after
+// the last gap between segments), loads it and replays every entry after the
+// snapshot's index, in order, applying each event exactly as a live append
+// does (rejections count in the engine's counters the same way). Source
+// positions start from the snapshot's and merge each entry's, last value per
+// source winning. With no usable snapshot the whole WAL is replayed, and it
+// must then begin at index 1.
+//
+// Open refuses to start, naming every snapshot and why it was rejected and
+// the WAL's first and last index, when no snapshot-plus-WAL combination
+// covers the history; when a published snapshot is newer than the WAL's last
+// entry (acknowledged entries are missing); or when the WAL is damaged or has
+// a gap in the entries to replay. It never starts with silent data loss.
+// Long snapshot loads and replays log their progress at most once a second.
+//
+// tidwall/wal neither checks that its segment files follow each other nor
+// survives reading an entry of a missing one (it panics), so Open reads the
+// framing of every segment but the last to find gaps, and names them.
+// An empty WAL can only continue at the index it was emptied at: a lost WAL
+// directory next to its snapshots is refused, not restarted at index 1.
+
 import (
 	"context"
 	"errors"

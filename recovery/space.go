@@ -1,5 +1,14 @@
 package recovery
 
+// Low free space.
+//
+// Appends pause, failing with [ErrLowSpace] (a retriable [wal.ErrOverloaded]),
+// while the WAL's filesystem has less free space than a snapshot of the
+// index needs plus room for the WAL's next entries: a WAL that filled the
+// disk would fence the log until a restart, while a paused store resumes
+// by itself once space is back, and still has room for the snapshot whose
+// retention may free it.
+
 import (
 	"errors"
 	"fmt"

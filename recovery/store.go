@@ -1,5 +1,22 @@
 package recovery
 
+// Live operation.
+//
+// [Store.Append] writes a batch to the WAL under its sync policy; the WAL's
+// commit hook applies each committed entry to the index, under the store's
+// mutex, before the producer is answered, so the commit order is the apply
+// order and [Store.Applied] always names the last applied entry.
+//
+// [Store.Snapshot] takes a consistent cut (a [engine.Index.Freeze] copy,
+// the applied index and the positions, under the mutex: event application
+// pauses only for the copy), writes it outside the mutex, publishes it, keeps
+// the newest K snapshots ([Options.KeepSnapshots], default 2) and only then
+// truncates the WAL front, up to the oldest retained snapshot, and not at
+// all while fewer than K snapshots exist: a damaged newest snapshot can
+// always fall back to the previous one (K >= 2) with a longer replay. A
+// Snapshot when nothing was applied since the last snapshot this Store wrote
+// or loaded returns that snapshot without writing.
+
 import (
 	"context"
 	"errors"
@@ -133,7 +150,7 @@ type Store struct {
 }
 
 // Open opens the data directory dir, creating it if needed, recovers its
-// index (see the package documentation) and returns it ready for appends.
+// index (see the top of recover.go) and returns it ready for appends.
 // It fails, changing nothing but an interrupted snapshot's temporary file
 // and the WAL's torn tail, when the directory's history cannot be recovered
 // whole.

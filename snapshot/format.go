@@ -1,5 +1,33 @@
 package snapshot
 
+// File layout.
+//
+// One bbolt file, snapshot-<N as 20 digits>.bolt, page size 64 KiB (4 KiB in
+// files written before: bbolt reads the size from the file), with three
+// buckets:
+//
+//   - meta: format version, WAL index N, creation time, hashing parameters
+//     (seed 1337 and the sequence-chain rule), the counts of entries,
+//     holder-blocks, worker keys, places and chunks, the engine counters
+//     (JSON), the source positions (JSON, opaque here), a CRC-32C of the
+//     data, and a CRC-32C of the other meta keys and values.
+//   - workers: the worker-key table, worker index -> key, sorted, 12 bytes a key.
+//   - places: chunks of about 62 KiB of places (uncompressed), each one value
+//     under the key (first position, chunk number), both big-endian uint32,
+//     so keys are in position order. A value is a small header (last
+//     position, ordinal of the first place, place and holder-block counts)
+//     and a snappy block of compactly encoded places: position deltas,
+//     parent as an ordinal distance, tokens hash and seq, holders as
+//     worker-index deltas, block hashes raw, except a holder's first when
+//     it equals the place's seq, as Dynamo's engines name blocks (format
+//     version 2; see chunkHeader). A chunk that snappy would hardly shrink
+//     (random block hashes) is stored as a snappy block of one literal.
+//     Places are numbered 1, 2, ... in file order; the IDs are not stored.
+//     Files of format version 1 (no such omission) are read too.
+//
+// The data checksum covers the worker table and every chunk key and value
+// in order.
+
 import (
 	"encoding/binary"
 	"errors"

@@ -1,5 +1,23 @@
 package snapshot
 
+// Verification.
+//
+// bbolt checksums only its meta pages, so reading checks everything else:
+// the file size against bbolt's page count (truncation), the format version,
+// a complete meta with its own checksum, the hashing parameters, the worker
+// table, every chunk's framing, order and counts, then the data checksum and
+// the entry, holder-block and place counts; the engine's loader checks the
+// places themselves. bbolt panics and memory faults on a damaged file are
+// recovered. Every defect is an error matching [ErrCorrupt] that reads
+// "snapshot <path>: <defect>", so recovery can fall back to an older
+// snapshot.
+//
+// [Open] gives a [Reader] for inspection tools: meta, worker table, and
+// [Reader.Scan] over a position range and a set of workers, which reads only
+// the chunks that can hold such places (a scan of every position also checks
+// the data checksum and the chunk, place and holder-block counts; the count
+// of entries is checked by [Load] and [Reader.Verify]).
+
 import (
 	"context"
 	"encoding/binary"

@@ -1,5 +1,16 @@
 package snapshot
 
+// Publishing.
+//
+// [Write] writes a temporary file .snapshot-<N>.tmp-<random> in the target
+// directory with bbolt's syncs off and pages filled to 100%, batches of
+// chunks per transaction, then syncs the data once, closes, fsyncs the file,
+// renames it to its final name and fsyncs the directory. A crash at any
+// moment leaves the published set as it was and at most a temporary file,
+// which [CleanTemp] removes (at startup; [TempFiles] lists them, read
+// only). [Prune] keeps the newest K snapshots; call it after a new one is
+// published. [List] returns the snapshots newest first.
+
 import (
 	"bytes"
 	"context"

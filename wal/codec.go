@@ -11,7 +11,21 @@ import (
 	"github.com/kvidx/kvidx/engine"
 )
 
-// Entry payload layout (see doc.go):
+// One tidwall/wal entry holds one batch: the events of one or more Append
+// calls, in commit order, plus generic source positions ([Position], e.g.
+// source name -> last sequence number, merged last-wins) so event sources can
+// resume exactly once. The payload is a compact binary encoding (uvarints,
+// fixed 8-byte hashes) of every event field, compressed as a whole with snappy
+// (block format) and framed as: 1 format-version byte, the CRC-32C
+// (Castagnoli) of what follows, the entry's own index (uvarint), the
+// compressed bytes. The index makes an entry read at any other index (a
+// segment file renamed, or copied from another log: tidwall/wal numbers
+// entries by the files' names) an error instead of the wrong entry; frames
+// of version 1, written before, carry no index and are still read. A
+// payload shorter than the frame (zero bytes appended to a segment read as
+// empty entries in tidwall/wal) is invalid.
+//
+// Entry payload layout:
 //
 //	frame   = version(1 byte) crc32c(4 bytes LE, of what follows) [uvarint(index)] snappy-block(batch)
 //	          (version 2, what kvidx writes, carries the entry's own index; version 1 did not)

@@ -1,5 +1,34 @@
 package wal
 
+// Group commit. [Log.Append] is called concurrently by many producers. One
+// committer goroutine takes everything pending (bounded by
+// [Options.MaxPending]; beyond it Append fails with [ErrOverloaded]) and
+// writes it as ONE entry, never splitting a producer's batch, syncs per
+// policy (under SyncAlways a syncer goroutine fsyncs while the committer
+// writes the next entries, one fsync covering every entry written before it
+// started), calls [Options.OnCommit] with the entry's events (in index
+// order: the commit order is the apply order), then answers each producer
+// with the entry's index. A write or fsync failure fails every batch of the
+// entry and fences the log: every later Append fails with [ErrFenced] until
+// the log is reopened.
+//
+// Sync policies and loss windows:
+//
+//   - [SyncAlways] (default): producers are answered after fsync. Nothing
+//     acknowledged is lost, even on power loss.
+//   - [SyncInterval]: producers are answered after write(2); fsync runs at
+//     most every [Options.SyncInterval] (5ms). A process crash loses nothing
+//     acknowledged; an OS crash or power loss loses up to the last interval
+//     plus one fsync of acknowledged entries.
+//   - [SyncNone]: no fsync of entries; an OS crash or power loss may lose
+//     any acknowledged entry not yet written back by the kernel.
+//
+// The directory is fsynced after open, tail repair, TruncateFront and each
+// segment rollover (tidwall/wal never does it).
+//
+// Reads are serialised (tidwall/wal v1.2.1 can panic on concurrent reads of
+// non-tail segments).
+
 import (
 	"context"
 	"encoding/binary"
@@ -245,8 +274,8 @@ type result struct {
 }
 
 // Open opens (creating if needed) the log in dir: it takes the directory
-// lock, cuts a torn tail off the last segment (see doc.go), opens
-// tidwall/wal and starts the committer.
+// lock, cuts a torn tail off the last segment (see the top of repair.go),
+// opens tidwall/wal and starts the committer.
 func Open(dir string, opts *Options) (*Log, error) {
 	var o Options
 	if opts != nil {

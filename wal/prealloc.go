@@ -25,7 +25,8 @@ import (
 // is open, and after a crash. Fill that follows the entries, up to the end
 // of the segment, is unused space: Open trims it quietly before tidwall/wal
 // reads the segment (it would fail on it), Close trims it, and every reader
-// of the last segment leaves it out (see unusedTail). Anything else after
+// of the last segment leaves it out (see unusedTail; the read-only walk
+// reports it as [Layout].UnusedBytes). Anything else after
 // the entries is a torn tail, cut, logged and counted as before: zeros
 // included (a lost write, not the writer's fill).
 //

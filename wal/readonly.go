@@ -17,6 +17,14 @@ import (
 // It reads the segment files as tidwall/wal would see them once it has
 // finished an interrupted truncation (.START/.END names), without finishing
 // it, and it reports a torn tail (what Open would cut) instead of cutting it.
+// Damage inside the log is reported by segment file and byte offset. A
+// segment other than the last whose framing breaks anywhere (even in bytes
+// after its whole entries) is reported as one gap from its first entry up
+// to the next segment: tidwall/wal parses such a segment whole when reading
+// it and fails on every entry, though Open, which reads only the last
+// segment, accepts the log. [FindGaps] finds the same gaps from the
+// segments' framing alone, for recovery to check before a replay;
+// [Segments] lists the segment files.
 
 // SegmentInfo describes one segment file as the read-only reader sees it.
 type SegmentInfo struct {

@@ -1,5 +1,34 @@
 package wal
 
+// Torn-tail repair. [Open] repairs a torn tail before tidwall/wal sees it
+// (tidwall's Open fails on a partial last entry): it walks the last segment
+// (the one tidwall will use as its tail, honouring its .START/.END
+// temporary names) validating each entry's frame. If it ends in an
+// incomplete or invalid entry, and no complete valid entry starts anywhere
+// in the bytes that would be dropped, the segment is truncated after the
+// last good entry, fsynced with its directory, and the dropped byte count
+// is logged and kept in [Stats].TornBytesDropped. If a valid entry follows
+// the damage, the damage is in the middle: Open refuses with an error
+// naming the segment file and byte offset. Damage found while reading
+// ([Log.Entries]) is reported the same way ([ErrCorrupt]), never skipped;
+// damage Open refuses is a [DamageError] naming the entry.
+// [RepairTruncateAfter] and [RepairTruncateBefore] are the operator's
+// explicit cuts (after the damage, losing what follows, or before it, when
+// a snapshot holds what precedes); they keep a copy of what they remove.
+//
+// A crash during a truncation can leave the file tidwall/wal writes before
+// renaming it .START or .END (<index>.START.TEMP, <index>.END.TEMP). While
+// the segment it was copied from is there, that truncation never took
+// effect and nothing reads the file, so Open deletes it (and logs it)
+// rather than keep up to a segment's bytes for each crash. With that
+// segment gone (a power loss that kept the removals but not the rename,
+// which tidwall/wal does not fsync), the file may be the only copy of
+// entries: Open keeps it and logs a warning, and renamed without .TEMP it
+// finishes the truncation at the next open. When that segment was the last
+// one, TAIL names a segment no longer there and Open refuses the log
+// ([MissingTailError]) before it looks at the file; the refusal names the
+// file and the rename to try before any repair (see tailmark.go).
+
 import (
 	"encoding/binary"
 	"errors"
@@ -288,7 +317,8 @@ func validAtOrAfter(b []byte, off int) int {
 	return nextValid(b, off)
 }
 
-// repairTail cuts a torn tail off the directory's last segment (see doc.go).
+// repairTail cuts a torn tail off the directory's last segment (see the
+// comment at the top of this file).
 // It returns how many bytes it dropped.
 func repairTail(dir string, logger *slog.Logger) (int64, error) {
 	name, first, data, err := readLastSegment(dir)
