@@ -25,6 +25,9 @@
 //   - An engine restart (sequence 0 again, or a later ts at a sequence
 //     already applied) clears the worker's ranks this source fed, never
 //     the worker id's other ranks.
+//   - A restart of kvidx that gives an endpoint another worker id clears
+//     what the endpoint fed the old id ([ReconcileZMQ], before any source
+//     applies anything); the new id starts from nothing.
 //   - Bad input never stops a source: each kind is counted per reason
 //     ([SourceStats].Errors) and logged at most once per interval, and a
 //     batch that does not decode clears the worker.

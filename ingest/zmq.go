@@ -36,6 +36,16 @@ package ingest
 //     nothing was applied yet (a sequence may be as garbled as the
 //     payload; a restart's sequence 0 is recorded).
 //
+// The worker id an endpoint feeds is recorded with its batches too, as
+// position "zmq:<endpoint>#worker". When a restart of kvidx gives the
+// endpoint another id, [ReconcileZMQ] (before any source applies anything,
+// so that ids swapped between two endpoints cannot have one source clear
+// what the other applied) clears the DP ranks of the old id the endpoint
+// fed and starts the new id from nothing, in one atomic Append: the rank
+// positions set to 0 (forgotten), ts and groups to 0, and
+// "zmq:<endpoint>#reset" to 1, which voids the recorded sequence until the
+// next batch applied (with a replay endpoint the source asks from 0).
+//
 // A lost sequence 0 after an engine restart (the first batches published
 // before the SUB reconnected) cannot be told from duplicates: the source
 // drops batches until the engine's sequence passes the recorded one, then
@@ -226,6 +236,13 @@ type ZMQSource struct {
 	pendingClear bool
 	// restartReplay: that replay from 0 is running.
 	restartReplay bool
+	// worker is the worker id the WAL records this endpoint feeds, when
+	// haveWorker (WALs from before kvidx recorded it have none).
+	worker     uint64
+	haveWorker bool
+	// reset: the WAL's "#reset" position voids the recorded sequence (the
+	// worker id changed, see Reconcile); the next append sets it back.
+	reset bool
 }
 
 // maxDPRanks bounds the distinct data_parallel_rank values one source
@@ -311,6 +328,17 @@ func tsMicros(ts float64, ok bool) uint64 {
 	return uint64(ts * 1e6)
 }
 
+// workerMark names the position holding the worker id the endpoint feeds
+// ("zmq:<endpoint>#worker"): a restart of kvidx that gives the endpoint
+// another id clears what it fed the old one (see [ZMQSource.Reconcile]).
+const workerMark = "#worker"
+
+// resetMark names the position that voids the endpoint's recorded
+// sequence ("zmq:<endpoint>#reset", 1): its worker id changed, and the new
+// id starts from nothing, as for an engine restart. The next batch applied
+// sets it back to 0.
+const resetMark = "#reset"
+
 // rankOf returns the DP rank a position name of this source's records.
 func (s *ZMQSource) rankOf(source string) (uint32, bool) {
 	rest, ok := strings.CutPrefix(source, s.name+rankMark)
@@ -345,7 +373,8 @@ func (s *ZMQSource) Stats() SourceStats {
 
 // restore takes the source's state from the positions the store recorded:
 // the last batch applied, its ts, the DP ranks fed, the partial KV-cache
-// groups.
+// groups, the worker id fed. A rank position of 0 is a rank forgotten, and
+// a "#reset" of 1 voids the sequence (see [ZMQSource.Reconcile]).
 func (s *ZMQSource) restore() {
 	_, positions := s.store.Applied()
 	for _, p := range positions {
@@ -357,10 +386,17 @@ func (s *ZMQSource) restore() {
 		case s.name + groupsMark:
 			s.groups = p.Seq
 			s.dec.SetPartialGroups(p.Seq)
+		case s.name + workerMark:
+			s.worker, s.haveWorker = p.Seq, true
+		case s.name + resetMark:
+			s.reset = p.Seq != 0
 		}
-		if r, ok := s.rankOf(p.Source); ok && len(s.ranks) < maxDPRanks {
+		if r, ok := s.rankOf(p.Source); ok && p.Seq != 0 && len(s.ranks) < maxDPRanks {
 			s.ranks[r] = struct{}{}
 		}
+	}
+	if s.reset {
+		s.have, s.last = false, 0
 	}
 	s.mu.Lock()
 	s.stats.HasSeq, s.stats.LastSeq = s.have, s.last
@@ -369,12 +405,16 @@ func (s *ZMQSource) restore() {
 
 // Run follows the publisher until ctx is cancelled, then returns nil once
 // its sockets are closed and its goroutines done. It reads the source's
-// position from the store first and, with a replay endpoint, asks for
-// everything after it (from 0 when there is none). Bad input, lost
+// position from the store first ([ZMQSource.Reconcile]: with several
+// sources on one store, call [ReconcileZMQ] before running any) and, with
+// a replay endpoint, asks for everything after it (from 0 when there is
+// none, or when the endpoint's worker id changed). Bad input, lost
 // connections and refused appends are counted and survived, never returned.
 // Run must not be called twice at once on one source.
 func (s *ZMQSource) Run(ctx context.Context) error {
-	s.restore()
+	if err := s.Reconcile(ctx); err != nil {
+		return nil // ctx done
+	}
 	s.log.Info("zmq source starting", "endpoint", s.spec.Endpoint, "replay", s.spec.Replay,
 		"resume_seq", s.next(), "recorded", s.have)
 
@@ -1116,6 +1156,12 @@ func (s *ZMQSource) append(ctx context.Context, events []engine.Event, seq, ts u
 	// 0, and a clock stepped back after it made a duplicate a restart).
 	newTS := max(s.lastTS, ts)
 	positions := append([]wal.Position{{Source: s.name, Seq: seq}, {Source: s.name + tsMark, Seq: newTS}}, extra...)
+	if !s.haveWorker || s.worker != s.spec.WorkerID {
+		positions = append(positions, wal.Position{Source: s.name + workerMark, Seq: s.spec.WorkerID})
+	}
+	if s.reset {
+		positions = append(positions, wal.Position{Source: s.name + resetMark, Seq: 0})
+	}
 	backoff := s.opts.MinBackoff
 	for {
 		_, results, err := s.store.Append(ctx, events, positions)
@@ -1127,6 +1173,7 @@ func (s *ZMQSource) append(ctx context.Context, events []engine.Event, seq, ts u
 				}
 			}
 			s.last, s.have, s.lastTS = seq, true, newTS
+			s.worker, s.haveWorker, s.reset = s.spec.WorkerID, true, false
 			if cleared {
 				s.pendingClear = false
 			}

@@ -93,7 +93,8 @@ batches in sequence order, asks the replay socket for missed ones, drops
 duplicates, clears a worker whose engine restarted (told by a sequence 0, or
 by a batch at or below the last applied made after it: its ts), and records
 the last applied sequence and ts in the WAL so a restart resumes with the next
-batch.
+batch. An endpoint given another worker id than the WAL records clears what it
+fed the old id at start; the new id starts from nothing.
 
 With --nats-url, the node also consumes a NATS JetStream stream of events
 (each message one event or an NDJSON batch) with its own ordered consumer,
@@ -417,6 +418,8 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		<-ctx.Done()
 		stopRun()
 	}()
+	var runs []func(context.Context) error
+	var zmqSources []*ingest.ZMQSource
 	for _, spec := range specs {
 		src := ingest.NewZMQSource(spec, srv.SourceStore(store), ingest.ZMQOptions{Logger: log})
 		srv.AddSource(func() node.SourceStatus {
@@ -424,7 +427,8 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 			return node.SourceStatus{Name: st.Source, Connected: st.Connected, Applied: st.LastSeq, Lag: st.Lag, Errors: st.Errors, LastError: st.LastConnError,
 				Skipped: map[string]uint64{"other_medium": st.OtherMedium, "other_group": st.OtherGroup}}
 		})
-		srv.GoSource(src.Run)
+		zmqSources = append(zmqSources, src)
+		runs = append(runs, src.Run)
 	}
 	if f.natsURL != "" {
 		src := jetstream.New(jetstream.Config{URL: f.natsURL, Stream: f.natsStream, Subject: f.natsSubject, AllowGap: f.natsAllowGap, FetchMaxBytes: f.natsFetchBytes, Logger: log}, srv.SourceStore(store))
@@ -432,7 +436,22 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 			st := src.Status()
 			return node.SourceStatus{Name: jetstream.PositionName(f.natsStream), Connected: st.Connected, Applied: st.Applied, Lag: st.Lag, Problem: st.Gap, Errors: st.Errors, LastError: st.LastError}
 		})
-		srv.GoSource(src.Run)
+		runs = append(runs, src.Run)
+	}
+	if len(runs) > 0 {
+		// Every ZMQ endpoint whose worker id changed clears what it fed
+		// the old id before any source applies anything: with ids swapped
+		// between two endpoints, one source's clear would otherwise wipe
+		// what the other had just applied.
+		srv.GoSource(func(ctx context.Context) error {
+			if err := ingest.ReconcileZMQ(ctx, zmqSources...); err != nil {
+				return nil // the shutdown has begun
+			}
+			for _, run := range runs {
+				srv.GoSource(run)
+			}
+			return nil
+		})
 	}
 	if ctx.Err() == nil { // else the shutdown has begun
 		msg := "ready"

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -94,5 +95,109 @@ func TestServeZMQRefusesBindAddressAndRepeatedReplay(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "--zmq") || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("--zmq %s: got %v; want an error naming --zmq and %q", tc.flag, err, tc.want)
 		}
+	}
+}
+
+// zmqPublisher is a vLLM engine's KV-event publisher on loopback.
+func zmqPublisher(t *testing.T, ctx context.Context) (zmq4.Socket, string) {
+	t.Helper()
+	pub := zmq4.NewPub(ctx, zmq4.WithLogger(log.New(io.Discard, "", 0)))
+	t.Cleanup(func() { pub.Close() })
+	if err := pub.Listen("tcp://127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	return pub, "tcp://" + pub.Addr().String()
+}
+
+// matchQuery is a /v1/match body for the blocks (of 4) of tokens.
+func matchQuery(tokens []uint32) string {
+	local := engine.LocalHashes(nil, tokens, 4, "")
+	return fmt.Sprintf(`{"local_hashes":[%d]}`, local[0])
+}
+
+// publishUntilMatched publishes batch seq, storing one block of tokens on
+// DP rank 0, until a match names worker id.
+func publishUntilMatched(t *testing.T, pub zmq4.Socket, base string, seq uint64, hash uint64, tokens []uint32, id int) {
+	t.Helper()
+	payload, err := msgpack.Marshal([]any{float64(1000 + seq), []any{
+		[]any{"BlockStored", []uint64{hash}, nil, tokens, 4, nil, "GPU", nil},
+	}, 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf(`"worker_id":%d,"dp_rank":0,"matched_blocks":1`, id)
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if err := pub.Send(zmq4.NewMsgFrom([]byte("kv"), binary.BigEndian.AppendUint64(nil, seq), payload)); err != nil {
+			t.Fatal(err)
+		}
+		if _, body := post(t, base+"/v1/match", matchQuery(tokens)); strings.Contains(body, want) {
+			return
+		}
+	}
+	t.Fatalf("batch %d never became a match of worker %d", seq, id)
+}
+
+// Two --zmq endpoints swap their worker ids at a restart of kvidx: each id
+// ends with exactly its new engine's blocks, none of the engine it was
+// given before (they stayed matched for ever, stale credit), also when
+// kvidx stops after that start before any batch arrived and starts again
+// (from the WAL alone: no final snapshot).
+func TestServeZMQWorkerIDSwap(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		starts int // with the ids swapped
+	}{
+		{"restarted once", 1},
+		{"stopped before the first batch", 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			pubA, epA := zmqPublisher(t, ctx)
+			pubB, epB := zmqPublisher(t, ctx)
+			dir := t.TempDir()
+			a0, b0, a1, b1 := []uint32{1, 2, 3, 4}, []uint32{5, 6, 7, 8}, []uint32{9, 10, 11, 12}, []uint32{13, 14, 15, 16}
+			flags := []string{"--data-dir", dir, "--sync", "none", "--final-snapshot=false"}
+
+			sctx, stop := context.WithCancel(ctx)
+			base, done := serveInProcess(t, sctx, append(flags, "--zmq", epA+"=7", "--zmq", epB+"=8")...)
+			publishUntilMatched(t, pubA, base, 0, 1001, a0, 7)
+			publishUntilMatched(t, pubB, base, 0, 2001, b0, 8)
+			stop()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+
+			swapped := append(flags, "--zmq", epA+"=8", "--zmq", epB+"=7")
+			for range tc.starts - 1 {
+				sctx, stop := context.WithCancel(ctx)
+				_, done := serveInProcess(t, sctx, swapped...)
+				stop()
+				if err := <-done; err != nil {
+					t.Fatal(err)
+				}
+			}
+			base, done = serveInProcess(t, ctx, swapped...)
+			publishUntilMatched(t, pubA, base, 1, 1002, a1, 8)
+			publishUntilMatched(t, pubB, base, 1, 2002, b1, 7)
+			for _, tokens := range [][]uint32{a0, b0} {
+				if _, body := post(t, base+"/v1/match", matchQuery(tokens)); strings.Contains(body, "worker_id") {
+					t.Errorf("the engines' blocks from before the swap are still matched: %s", body)
+				}
+			}
+			resp, err := http.Get(base + "/v1/workers")
+			if err != nil {
+				t.Fatal(err)
+			}
+			workers, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if n := strings.Count(string(workers), `"worker_id"`); n != 2 {
+				t.Errorf("/v1/workers lists %d worker keys, want 2: %s", n, workers)
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
