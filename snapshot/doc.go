@@ -10,7 +10,9 @@
 // snapshot-<N as 20 digits>.bolt; [Load] (or [LoadWith]) verifies one and
 // builds an index from it; [Open] gives a [Reader] for inspection tools,
 // with [Reader.Scan] over positions and workers and [Reader.Verify];
-// [List], [Prune], [CleanTemp] and [TempFiles] manage a snapshot directory.
+// [Check] lists every defect of a file and [Diff] compares two, streaming
+// (kvidx inspect verify and diff); [List], [Prune], [CleanTemp] and
+// [TempFiles] manage a snapshot directory.
 //
 // Guarantees (the file named holds the details):
 //
