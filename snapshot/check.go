@@ -31,9 +31,10 @@ type CheckOptions struct {
 	// "parent link: <warning>", after the others (Warnings still lists
 	// the first 20).
 	Strict bool
-	// Progress, when set, is called every 1024 places of the pass over
-	// places, on the goroutine that called Check, with the places checked
-	// so far and the meta's count of places (total).
+	// Progress, when set, is called on the goroutine that called Check
+	// as its three passes over the places go (checksums and counts, each
+	// place, the load into an index), with the work done so far and the
+	// total, both in places: each pass counts the meta's count of places.
 	Progress func(done, total int)
 }
 
@@ -120,8 +121,16 @@ func check(ctx context.Context, path string, progress func(done, total int), rep
 	if n, ok := ParseFileName(filepath.Base(path)); ok && n != r.Meta().Index {
 		rep.Findings = append(rep.Findings, fmt.Sprintf("name: the file's name says WAL index %d, its meta %d (a restart sets it aside as damaged)", n, r.Meta().Index))
 	}
+	// Each pass counts the places once in the progress total.
+	places := r.Meta().Places
+	pass := func(n int) func(done, total int) {
+		if progress == nil {
+			return nil
+		}
+		return func(done, _ int) { progress(n*places+min(done, places), 3*places) }
+	}
 	// Checksums, framing, order and counts.
-	verr := r.Verify(ctx)
+	verr := r.VerifyWith(ctx, pass(0))
 	if verr != nil {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -135,11 +144,11 @@ func check(ctx context.Context, path string, progress func(done, total int), rep
 		curSeqs, prevSeqs   []uint64
 		started             bool
 	)
-	total := r.Meta().Places
+	scanned := pass(1)
 	serr := r.Scan(ctx, 0, math.MaxUint32, nil, func(rec *engine.PlaceRecord) bool {
 		rep.Places++
-		if rep.Places&1023 == 0 && progress != nil {
-			progress(rep.Places, total)
+		if rep.Places&1023 == 0 && scanned != nil {
+			scanned(rep.Places, places)
 		}
 		if !started || rec.Position != curPos {
 			if started && rec.Position == curPos+1 {
@@ -183,7 +192,7 @@ func check(ctx context.Context, path string, progress func(done, total int), rep
 		return nil
 	}
 	// Holders against the reverse data: load into an engine and check it.
-	ix, _, err := Load(ctx, path)
+	ix, _, err := LoadWith(ctx, path, LoadOptions{Progress: pass(2)})
 	if err != nil {
 		if err := ctx.Err(); err != nil {
 			return err

@@ -236,13 +236,21 @@ func TestCheckProgress(t *testing.T) {
 	if rep.Places < 2048 {
 		t.Fatalf("fixture of %d places: too small to report progress twice", rep.Places)
 	}
-	if len(calls) != rep.Places/1024 {
-		t.Fatalf("%d progress calls for %d places, want %d", len(calls), rep.Places, rep.Places/1024)
-	}
+	// Three passes (checksums and counts, each place, the load), each
+	// counting the places once: progress rises to the end, never past it.
+	total := 3 * rep.Places
+	prev := 0
 	for i, c := range calls {
-		if c != [2]int{1024 * (i + 1), rep.Places} {
-			t.Fatalf("progress call %d: (%d, %d), want (%d, %d)", i, c[0], c[1], 1024*(i+1), rep.Places)
+		if c[1] != total || c[0] < prev || c[0] > total {
+			t.Fatalf("progress call %d: (%d, %d) after %d, want a count rising to %d", i, c[0], c[1], prev, total)
 		}
+		prev = c[0]
+	}
+	if prev != total {
+		t.Fatalf("progress ended at %d of %d: the bar stops short of the end", prev, total)
+	}
+	if len(calls) < 3 || calls[0][0] > rep.Places {
+		t.Fatalf("progress calls %v: want calls in each pass", calls)
 	}
 }
 
