@@ -91,18 +91,18 @@ type snapshotInfo struct {
 // summary is `kvidx inspect summary`'s report. Its first keys are those of
 // engine.Stats (as `kvidx replay --stats` prints them).
 type summary struct {
-	Entries             int             `json:"entries"`
-	HolderBlocks        int             `json:"holder_blocks"`
-	WorkerKeys          int             `json:"worker_keys"`
-	Counters            engine.Counters `json:"counters"`
-	Places              int             `json:"places"`
-	Bytes               int64           `json:"bytes"`
-	BytesPerHolderBlock float64         `json:"bytes_per_holder_block"`
-	Snapshot            *snapshotInfo   `json:"snapshot,omitempty"`
-	Recovery            *recoveryPlan   `json:"recovery,omitempty"`
-	ReplayedEvents      *uint64         `json:"replayed_events,omitempty"`
-	Workers             []workerCount   `json:"workers"`
-	Depth               []depthBucket   `json:"depth"`
+	Entries             int                    `json:"entries"`
+	HolderBlocks        int                    `json:"holder_blocks"`
+	WorkerKeys          int                    `json:"worker_keys"`
+	Counters            engine.Counters        `json:"counters"`
+	Places              int                    `json:"places"`
+	Bytes               int64                  `json:"bytes"`
+	BytesPerHolderBlock float64                `json:"bytes_per_holder_block"`
+	Snapshot            *snapshotInfo          `json:"snapshot,omitempty"`
+	Recovery            *recovery.RecoveryPlan `json:"recovery,omitempty"`
+	ReplayedEvents      *uint64                `json:"replayed_events,omitempty"`
+	Workers             []workerCount          `json:"workers"`
+	Depth               []depthBucket          `json:"depth"`
 }
 
 // summarizer accumulates the place-level parts of a summary.
@@ -256,7 +256,7 @@ func summarizeSnapshot(ctx context.Context, cmd *cobra.Command, path string) (*s
 
 func summarizeDataDir(ctx context.Context, cmd *cobra.Command, dir string) (*summary, error) {
 	var (
-		p      *recoveryPlan
+		p      *recovery.RecoveryPlan
 		ix     *engine.Index
 		events uint64
 		err    error
@@ -277,7 +277,7 @@ func summarizeDataDir(ctx context.Context, cmd *cobra.Command, dir string) (*sum
 			fmt.Fprintf(cmd.ErrOrStderr(), "kvidx inspect: %s holds no kvidx data (no %s file, WAL or snapshot): a server would start a new index there\n", dir, recovery.FormatFileName)
 		}
 		prog := newBar(cmd.ErrOrStderr(), int64(p.ReplayEntries), "replaying WAL", false)
-		events, _, err = replayPlan(p, ix, prog)
+		events, _, err = p.Replay(ix, func() { prog.add(1) })
 		prog.done()
 		if err == nil {
 			break
@@ -285,8 +285,8 @@ func summarizeDataDir(ctx context.Context, cmd *cobra.Command, dir string) (*sum
 		if !errors.Is(err, wal.ErrTruncated) || ctx.Err() != nil {
 			return nil, err
 		}
-		if attempt == planAttempts {
-			return nil, fmt.Errorf("data dir %s: the WAL was truncated while it was read, %d times in a row (a running server snapshotting often: its directory is fine); try again, or inspect a copy: %w", dir, planAttempts, err)
+		if attempt == recovery.PlanAttempts {
+			return nil, fmt.Errorf("data dir %s: the WAL was truncated while it was read, %d times in a row (a running server snapshotting often: its directory is fine); try again, or inspect a copy: %w", dir, recovery.PlanAttempts, err)
 		}
 	}
 	st := ix.Stats()
@@ -296,7 +296,7 @@ func summarizeDataDir(ctx context.Context, cmd *cobra.Command, dir string) (*sum
 	}
 	if p.SnapshotUsed != nil {
 		s.Bytes += p.SnapshotUsed.Bytes
-		s.Snapshot = snapInfo(p.SnapshotUsed.File, p.usedMeta)
+		s.Snapshot = snapInfo(p.SnapshotUsed.File, p.SnapshotUsed.Meta)
 	}
 	sz := &summarizer{workers: map[engine.WorkerKey]int{}}
 	for _, wb := range ix.Workers() {

@@ -437,57 +437,6 @@ func TestInspectEntriesLimit(t *testing.T) {
 	}
 }
 
-// TestPlanOnBusyServer plans recovery (as `inspect summary DATA_DIR` and
-// `recover --dry-run` do) again and again while a server appends, writes
-// snapshots, prunes and truncates its WAL: a segment or snapshot that goes
-// away between listing and reading is the server at work, not a reason to
-// fail or to report a restart that would refuse.
-func TestPlanOnBusyServer(t *testing.T) {
-	dir := t.TempDir()
-	s := openStore(t, dir)
-	defer s.Close()
-	h := genHistory(4, 4000)
-	appendAll(t, s, h[:20], 1)
-	if _, _, err := s.Snapshot(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for i := 20; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if _, _, err := s.Append(context.Background(), h[20+i%3900], []wal.Position{{Source: "x", Seq: uint64(i)}}); err != nil {
-				t.Error(err)
-				return
-			}
-			if i%3 == 0 {
-				if _, _, err := s.Snapshot(context.Background()); err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		}
-	}()
-	var bad []string
-	for range 3000 {
-		p, _, err := planRecovery(context.Background(), dir, false, nil)
-		switch {
-		case err != nil:
-			bad = append(bad, err.Error())
-		case p.Refusal != "":
-			bad = append(bad, "refusal: "+p.Refusal)
-		case p.SnapshotUsed == nil:
-			bad = append(bad, "no snapshot used")
-		}
-	}
-	close(stop)
-	<-done
-	if len(bad) > 0 {
-		t.Fatalf("%d of 3000 plans of a healthy running server's directory failed, e.g. %s", len(bad), bad[0])
-	}
-}
+// recoveryPlan is the plan planRecovery returns, by the name the tests
+// that compare it with a restart (agree_test.go) know it.
+type recoveryPlan = recovery.RecoveryPlan

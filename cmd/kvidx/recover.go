@@ -141,7 +141,11 @@ one (offline compaction), then closes and prints the recovery report.`,
 // requireDataDir checks that dir is an existing kvidx data directory: a
 // directory holding a FORMAT file or a wal/ directory.
 func requireDataDir(dir string) error {
-	if err := existingDataDir(dir, " (recover works on an existing data directory)"); err != nil {
+	err := recovery.CheckDataDir(dir)
+	if errors.Is(err, recovery.ErrNoDataDir) {
+		return fmt.Errorf("%w (recover works on an existing data directory)", err)
+	}
+	if err != nil {
 		return err
 	}
 	for _, name := range []string{recovery.FormatFileName, recovery.WALDirName} {
@@ -155,7 +159,7 @@ func requireDataDir(dir string) error {
 		dir, recovery.FormatFileName, recovery.WALDirName)
 }
 
-func writePlanText(w io.Writer, p *recoveryPlan) error {
+func writePlanText(w io.Writer, p *recovery.RecoveryPlan) error {
 	bw := bufio.NewWriter(w)
 	row := func(k string, v any) { fmt.Fprintf(bw, "%-22s %v\n", k, v) }
 	switch {

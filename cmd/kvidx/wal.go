@@ -1,14 +1,10 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -157,7 +153,10 @@ directory must not be open in a running kvidx (the command takes its lock).`,
 				// One that does not verify is useless to recovery, which
 				// would move it aside too: it does not stop the cut.
 				listed := len(snaps)
-				if snaps, err = moveAsideDamaged(cmd.Context(), dir, snaps, after, out); err != nil {
+				snaps, err = recovery.MoveAsideDamaged(cmd.Context(), dir, snaps, after, func(f snapshot.File, damage error) {
+					fmt.Fprintf(out, "moved snapshot %s aside (%s%s): it is damaged (%v)\n", filepath.Base(f.Path), filepath.Base(f.Path), recovery.DamagedSuffix, damage)
+				})
+				if err != nil {
 					return fmt.Errorf("wal repair: %w", err)
 				}
 				movedAside := len(snaps) < listed
@@ -208,7 +207,10 @@ directory must not be open in a running kvidx (the command takes its lock).`,
 				_, err = fmt.Fprintf(out, "cut %s after entry %d; what was cut is kept in %s\n", dir, after, backup)
 				return err
 			}
-			snap, err := coveringSnapshot(cmd.Context(), args[0], before)
+			if before == 0 {
+				return errors.New("wal repair: --truncate-before 0: WAL indexes start at 1")
+			}
+			snap, err := recovery.CoveringSnapshot(cmd.Context(), args[0], before)
 			if err != nil {
 				return fmt.Errorf("wal repair: %w", err)
 			}
@@ -241,79 +243,4 @@ directory must not be open in a running kvidx (the command takes its lock).`,
 	cmd.Flags().BoolVar(&drop, "drop-unlocated", false, "with --truncate-before: also drop the entries after a framing break before INDEX, whose indexes cannot be located")
 	cmd.Flags().StringVar(&backup, "backup", "", "directory for copies of the segments the cut changes (default DATA_DIR/wal-backup-<time>)")
 	return cmd
-}
-
-// moveAsideDamaged renames *.damaged, as recovery does, the snapshots past
-// entry after (newest first, up to the first that verifies) that are
-// damaged, saying so on out, and returns the snapshots left. One that
-// cannot be read for another reason (another build's format, permissions,
-// a lock, an I/O error) is not known to be damaged: it may hold the only
-// copy of entries the cut drops, so it is an error. It first checks that no
-// kvidx holds the WAL directory walDir.
-func moveAsideDamaged(ctx context.Context, walDir string, snaps []snapshot.File, after uint64, out io.Writer) ([]snapshot.File, error) {
-	snaps = slices.Clone(snaps)
-	for len(snaps) > 0 {
-		f, ok := recovery.EndProof(snaps, after)
-		if !ok || f.Index <= after {
-			return snaps, nil
-		}
-		verr := recovery.VerifySnapshot(ctx, f.Path)
-		if verr == nil {
-			return snaps, nil
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		if !recovery.SnapshotDamaged(f.Path, verr) {
-			return nil, fmt.Errorf("snapshot %s, at WAL index %d after entry %d, cannot be read here (%v) but is not known to be damaged: the cut would end the log before it, which kvidx refuses; fix that or move it out of %s first",
-				filepath.Base(f.Path), f.Index, after, verr, filepath.Dir(f.Path))
-		}
-		lock, err := wal.LockDir(walDir)
-		if err != nil {
-			return nil, err
-		}
-		if err := lock.Unlock(); err != nil {
-			return nil, err
-		}
-		if err := recovery.MoveAside(f); err != nil {
-			return nil, err
-		}
-		fmt.Fprintf(out, "moved snapshot %s aside (%s%s): it is damaged (%v)\n", filepath.Base(f.Path), filepath.Base(f.Path), recovery.DamagedSuffix, verr)
-		snaps = slices.DeleteFunc(snaps, func(g snapshot.File) bool { return g.Path == f.Path })
-	}
-	return snaps, nil
-}
-
-// coveringSnapshot returns the newest snapshot of dataDir at WAL index
-// before-1 or later that verifies whole, or an error saying why none does:
-// removing the entries before index is safe only when it holds them.
-func coveringSnapshot(ctx context.Context, dataDir string, before uint64) (snapshot.File, error) {
-	if before == 0 {
-		return snapshot.File{}, errors.New("--truncate-before 0: WAL indexes start at 1")
-	}
-	snaps, err := snapshot.List(filepath.Join(dataDir, recovery.SnapshotDirName))
-	if err != nil {
-		return snapshot.File{}, err
-	}
-	var why []string
-	for _, f := range snaps { // newest first
-		if f.Index+1 < before {
-			break
-		}
-		var err error
-		if m, misnamed := recovery.Misnamed(f); misnamed != "" {
-			err = fmt.Errorf("its meta says WAL index %d", m)
-		} else {
-			err = recovery.VerifySnapshot(ctx, f.Path)
-		}
-		if err == nil {
-			return f, nil
-		}
-		why = append(why, fmt.Sprintf("%s: %v", filepath.Base(f.Path), err))
-	}
-	msg := fmt.Sprintf("no snapshot of %s at WAL index %d or later verifies, so removing the entries before %d would lose them", dataDir, before-1, before)
-	if len(why) > 0 {
-		msg += " (" + strings.Join(why, "; ") + ")"
-	}
-	return snapshot.File{}, errors.New(msg)
 }

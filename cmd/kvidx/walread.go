@@ -148,7 +148,7 @@ var errNoWALDir = errors.New("no WAL directory")
 // without this a mistyped path, a plain file or the wal directory itself
 // was reported as an empty log.
 func walDirOf(dataDir string) (string, error) {
-	if err := existingDataDir(dataDir, ""); err != nil {
+	if err := recovery.CheckDataDir(dataDir); err != nil {
 		return "", err
 	}
 	dir := filepath.Join(dataDir, recovery.WALDirName)
@@ -243,7 +243,7 @@ them stops at: 0 means every entry in the range is readable.`,
 				st.Damage = append(st.Damage, d.String())
 			}
 			if err != nil {
-				st.OpenRefusal = refusalText(cmd.Context(), args[0], err)
+				st.OpenRefusal = recovery.OpenRefusal(cmd.Context(), args[0], err)
 			}
 			out := cmd.OutOrStdout()
 			var werr error
