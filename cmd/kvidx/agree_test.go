@@ -110,7 +110,7 @@ func TestDryRunAgreesWithOpenTable(t *testing.T) {
 				defer done()
 			}
 			ctx := context.Background()
-			plans := map[bool]*recoveryPlan{}
+			plans := map[bool]*recovery.RecoveryPlan{}
 			for _, load := range []bool{false, true} {
 				p, _, err := planRecovery(ctx, dir, load, nil)
 				if err != nil {
@@ -272,7 +272,7 @@ func TestDryRunAgreesWithOpenOnGapsTable(t *testing.T) {
 			names, firsts := buildSegmentedDir(t, dir, tt.keep)
 			tt.shape(t, dir, names, firsts)
 			ctx := context.Background()
-			var plans []*recoveryPlan
+			var plans []*recovery.RecoveryPlan
 			for _, load := range []bool{false, true} {
 				p, _, err := planRecovery(ctx, dir, load, nil)
 				if err != nil {

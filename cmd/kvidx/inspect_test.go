@@ -436,7 +436,3 @@ func TestInspectEntriesLimit(t *testing.T) {
 		}
 	}
 }
-
-// recoveryPlan is the plan planRecovery returns, by the name the tests
-// that compare it with a restart (agree_test.go) know it.
-type recoveryPlan = recovery.RecoveryPlan
