@@ -3,6 +3,7 @@ package snapshot
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -407,5 +408,57 @@ func TestListFollowsLinks(t *testing.T) {
 	}
 	if _, _, err := Load(context.Background(), files[0].Path); err != nil {
 		t.Fatalf("load through the link: %v", err)
+	}
+}
+
+// Write over whatever has the snapshot's name: a directory is refused
+// before anything is written, naming it and what to do (the rename failed
+// only after the whole file was written, with "file exists" and no more:
+// `kvidx recover` and every snapshot of `kvidx serve` at that index failed
+// so); a dangling link is replaced, as a file is.
+func TestWriteOverNonFile(t *testing.T) {
+	ix := engine.New()
+	apply(ix, randEvents(rand.New(rand.NewPCG(1, 1)), 100))
+	for _, tc := range []struct {
+		name    string
+		make    func(path string) error
+		refused bool
+	}{
+		{"empty directory", func(p string) error { return os.Mkdir(p, 0o755) }, true},
+		{"directory with a file", func(p string) error {
+			if err := os.Mkdir(p, 0o755); err != nil {
+				return err
+			}
+			return os.WriteFile(filepath.Join(p, "x"), []byte("x"), 0o644)
+		}, true},
+		{"dangling link", func(p string) error { return os.Symlink(filepath.Join(filepath.Dir(p), "gone"), p) }, false},
+		{"file", func(p string) error { return os.WriteFile(p, []byte("not a snapshot"), 0o644) }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			final := filepath.Join(dir, FileName(9))
+			if err := tc.make(final); err != nil {
+				t.Fatal(err)
+			}
+			p, err := Write(context.Background(), dir, ix.Freeze(), Meta{Index: 9})
+			if !tc.refused {
+				if err != nil {
+					t.Fatalf("write: %v", err)
+				}
+				if got, _ := loadSnap(t, p); got.Stats().HolderBlocks != ix.Stats().HolderBlocks {
+					t.Fatalf("loaded %+v, want %+v", got.Stats(), ix.Stats())
+				}
+				return
+			}
+			if err == nil || !errors.Is(err, fs.ErrExist) || !strings.Contains(err.Error(), final) || !strings.Contains(err.Error(), "move it out of "+dir) {
+				t.Fatalf("write over a directory: %v, want a refusal naming %s and saying to move it out", err, final)
+			}
+			if temps, _ := TempFiles(dir); len(temps) != 0 {
+				t.Fatalf("refused write left %v", temps)
+			}
+			if fi, err := os.Stat(final); err != nil || !fi.IsDir() {
+				t.Fatalf("the directory is gone: %v", err)
+			}
+		})
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -97,6 +98,9 @@ func Write(ctx context.Context, dir string, f *engine.Frozen, meta Meta, opts ..
 		opt(&o)
 	}
 	final := filepath.Join(dir, FileName(meta.Index))
+	if err := checkTarget(final); err != nil {
+		return "", err
+	}
 	tmp, err := os.CreateTemp(dir, fmt.Sprintf(".snapshot-%020d.tmp-*", meta.Index))
 	if err != nil {
 		return "", fmt.Errorf("snapshot %s: %w", final, err)
@@ -121,12 +125,27 @@ func Write(ctx context.Context, dir string, f *engine.Frozen, meta Meta, opts ..
 		return "", fmt.Errorf("snapshot %s: %w", final, err)
 	}
 	if err := os.Rename(tmpPath, final); err != nil {
+		if err := checkTarget(final); err != nil {
+			return "", err
+		}
 		return "", fmt.Errorf("snapshot %s: %w", final, err)
 	}
 	if err := syncDir(dir); err != nil {
 		return final, fmt.Errorf("snapshot %s: published, but syncing its directory: %w", final, err)
 	}
 	return final, nil
+}
+
+// checkTarget refuses a directory at final, the path Write publishes its
+// snapshot as: the rename over it would fail only once the whole file is
+// written, and with no word of what to do.
+func checkTarget(final string) error {
+	fi, err := os.Lstat(final)
+	if err != nil || !fi.IsDir() {
+		return nil
+	}
+	return fmt.Errorf("snapshot %s: %w: a directory has the snapshot's name (kvidx never makes one there); move it out of %s, then take the snapshot again",
+		final, fs.ErrExist, filepath.Dir(final))
 }
 
 func writeFile(ctx context.Context, path string, f *engine.Frozen, meta Meta, o options) error {
