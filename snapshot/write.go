@@ -144,7 +144,7 @@ func checkTarget(final string) error {
 	if err != nil || !fi.IsDir() {
 		return nil
 	}
-	return fmt.Errorf("snapshot %s: %w: a directory has the snapshot's name (kvidx never makes one there); move it out of %s, then take the snapshot again",
+	return fmt.Errorf("snapshot %s: %w: a directory has the snapshot's name (kvidx never makes one there); move it out of %s and try again",
 		final, fs.ErrExist, filepath.Dir(final))
 }
 
