@@ -52,7 +52,10 @@ type segFile struct {
 }
 
 // listSegments returns the directory's segment files in tidwall/wal's order
-// (by name), with the same filter tidwall/wal applies when it opens.
+// (by name), with the same filter tidwall/wal applies when it opens, except
+// that an entry with a segment's name that is not a regular file (nor a
+// link to one) is refused, naming it, where tidwall/wal passes over a
+// directory and opens anything else.
 func listSegments(dir string) ([]segFile, error) {
 	des, err := os.ReadDir(dir)
 	if err != nil {
@@ -61,7 +64,7 @@ func listSegments(dir string) ([]segFile, error) {
 	var segs []segFile
 	for _, de := range des {
 		name := de.Name()
-		if de.IsDir() || len(name) < 20 {
+		if len(name) < 20 {
 			continue
 		}
 		index, err := strconv.ParseUint(name[:20], 10, 64)
@@ -78,10 +81,37 @@ func listSegments(dir string) ([]segFile, error) {
 		default:
 			continue
 		}
+		if !de.Type().IsRegular() {
+			if err := checkSegmentFile(dir, name); err != nil {
+				return nil, err
+			}
+		}
 		segs = append(segs, segFile{name: name, index: index, kind: kind})
 	}
 	sort.Slice(segs, func(i, j int) bool { return segs[i].name < segs[j].name })
 	return segs, nil
+}
+
+// checkSegmentFile refuses an entry of dir with a segment's name that is
+// not a regular file, nor a symbolic link to one: a directory (which
+// tidwall/wal passes over, so the log looked as if its segment had been
+// deleted), a named pipe (opening it blocked serve, recover and the
+// offline tools for good), a device, a link that leads nowhere.
+func checkSegmentFile(dir, name string) error {
+	p := filepath.Join(dir, name)
+	fi, err := os.Stat(p)
+	if err != nil {
+		// Not wrapped: a missing wal directory is told by ErrNotExist.
+		return fmt.Errorf("segment %s: %v: a symbolic link that leads to no file has a segment's name; put the segment it linked to back, or move the link out of %s if it is no segment of this log", p, err, dir)
+	}
+	if fi.Mode().IsRegular() {
+		return nil
+	}
+	kind := "a directory"
+	if !fi.IsDir() {
+		kind = "of type " + fi.Mode().Type().String()
+	}
+	return fmt.Errorf("segment %s is %s, not a segment file: move it out of %s (if the log's segment of that name was moved elsewhere, put it back in its place)", p, kind, dir)
 }
 
 // isTruncationTemp reports whether name is the temporary file tidwall/wal's
