@@ -107,11 +107,15 @@ func checkSegmentFile(dir, name string) error {
 	if fi.Mode().IsRegular() {
 		return nil
 	}
-	kind := "a directory"
-	if !fi.IsDir() {
-		kind = "of type " + fi.Mode().Type().String()
+	return fmt.Errorf("segment %s is %s, not a segment file: move it out of %s (if the log's segment of that name was moved elsewhere, put it back in its place)", p, fileKind(fi), dir)
+}
+
+// fileKind says what fi, which is not a regular file, is.
+func fileKind(fi os.FileInfo) string {
+	if fi.IsDir() {
+		return "a directory"
 	}
-	return fmt.Errorf("segment %s is %s, not a segment file: move it out of %s (if the log's segment of that name was moved elsewhere, put it back in its place)", p, kind, dir)
+	return "of type " + fi.Mode().Type().String()
 }
 
 // isTruncationTemp reports whether name is the temporary file tidwall/wal's

@@ -76,3 +76,52 @@ func TestSegmentNameNotAFile(t *testing.T) {
 		})
 	}
 }
+
+// A TAIL that is not a file is refused, naming it, by Open, Inspect and
+// Scan: a named pipe blocked them for good.
+func TestTailMarkNotAFile(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		make func(path string) error
+		want string
+	}{
+		{"directory", func(p string) error { return os.Mkdir(p, 0o755) }, "is a directory, not a file: move it out of "},
+		{"fifo", func(p string) error { return syscall.Mkfifo(p, 0o644) }, "not a file: move it out of "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			segmentedLog(t, dir, 40)
+			tail := filepath.Join(dir, TailMarkName)
+			if err := os.Remove(tail); err != nil {
+				t.Fatal(err)
+			}
+			if err := tc.make(tail); err != nil {
+				t.Fatal(err)
+			}
+			for _, op := range []struct {
+				name string
+				run  func() error
+			}{
+				{"Inspect", func() error { _, err := Inspect(dir); return err }},
+				{"Scan", func() error { _, _, err := scanAll(t, dir, 1, 40); return err }},
+				{"Open", func() error { return openErr(dir) }},
+			} {
+				done := make(chan error, 1)
+				go func() { done <- op.run() }()
+				var err error
+				select {
+				case err = <-done:
+				case <-time.After(10 * time.Second):
+					if f, err := os.OpenFile(tail, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+						f.Close()
+					}
+					<-done
+					t.Fatalf("%s: still running after 10 s", op.name)
+				}
+				if err == nil || !strings.Contains(err.Error(), tail) || !strings.Contains(err.Error(), tc.want+dir) {
+					t.Fatalf("%s: %v, want a refusal naming %s and saying %q", op.name, err, tail, tc.want+dir)
+				}
+			}
+		})
+	}
+}

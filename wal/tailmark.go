@@ -49,7 +49,13 @@ func writeTailMark(dir string, first uint64) error {
 // readTailMark returns the first index TAIL records, 0 when there is no
 // such file or it does not hold one.
 func readTailMark(dir string) (uint64, error) {
-	b, err := os.ReadFile(filepath.Join(dir, TailMarkName))
+	p := filepath.Join(dir, TailMarkName)
+	if fi, err := os.Stat(p); err == nil && !fi.Mode().IsRegular() {
+		// A named pipe would block the read for good.
+		return 0, fmt.Errorf("wal %s: %s is %s, not a file: move it out of %s (a missing %s is written again at the next segment rollover)",
+			dir, p, fileKind(fi), dir, TailMarkName)
+	}
+	b, err := os.ReadFile(p)
 	if errors.Is(err, os.ErrNotExist) {
 		return 0, nil
 	}

@@ -1,0 +1,47 @@
+package recovery
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// A FORMAT that is not a file is refused, naming it and saying what to
+// put there: a named pipe blocked CheckFormat (and so serve, recover and
+// inspect summary) for good.
+func TestFormatNotAFile(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		make func(path string) error
+		want string
+	}{
+		{"directory", func(p string) error { return os.Mkdir(p, 0o755) }, "is a directory, not a file: move it out of "},
+		{"fifo", func(p string) error { return syscall.Mkfifo(p, 0o644) }, "not a file: move it out of "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			p := filepath.Join(dir, FormatFileName)
+			if err := tc.make(p); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { _, err := CheckFormat(dir); done <- err }()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(10 * time.Second):
+				if f, err := os.OpenFile(p, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+					f.Close()
+				}
+				<-done
+				t.Fatal("CheckFormat still running after 10 s")
+			}
+			if err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), tc.want+dir) || !strings.Contains(err.Error(), "kvidx-data 2") {
+				t.Fatalf("CheckFormat: %v, want a refusal naming %s, saying %q and what to put there", err, p, tc.want+dir)
+			}
+		})
+	}
+}
