@@ -24,7 +24,8 @@
 //     that removals it missed cannot leave blocks held.
 //   - An engine restart (sequence 0 again, or a later ts at a sequence
 //     already applied) clears the worker's ranks this source fed, never
-//     the worker id's other ranks.
+//     the worker id's other ranks (but the first clear after an upgrade
+//     from a WAL that recorded no rank removes the worker id).
 //   - A restart of kvidx that gives an endpoint another worker id clears
 //     what the endpoint fed the old id ([ReconcileZMQ], before any source
 //     applies anything); the new id starts from nothing.

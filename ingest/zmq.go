@@ -25,7 +25,8 @@ package ingest
 //     the batch. The ranks seen are recorded too, as positions
 //     "zmq:<endpoint>#dp<rank>" in the entry of the first batch of each, so
 //     that a clear after a restart of kvidx still forgets the ranks seen
-//     before it;
+//     before it (a WAL of a kvidx that recorded none: the first clear
+//     removes the worker id, see ranksUnknown);
 //   - past the next expected one: a replay from the next expected one; if
 //     the batches are still missing (no replay endpoint, a failed replay,
 //     or a replay that starts past the requested sequence because the
@@ -221,6 +222,13 @@ type ZMQSource struct {
 	last         uint64
 	have         bool
 	ranks        map[uint32]struct{} // DP ranks seen, at most maxDPRanks
+	// ranksUnknown: the store records a position of this source but no DP
+	// rank, as a WAL written by a kvidx before it recorded ranks does (every
+	// batch applied since records its rank): the ranks whose blocks the
+	// source holds are unknown, so the next clear removes the worker id,
+	// as that kvidx did, and no rank is recorded before it (a restart
+	// before that clear must still find the ranks unknown).
+	ranksUnknown bool
 	// zeroSum is a hash of the batch 0 applied last, when this process
 	// applied it (haveZero): an engine that restarts before its batch 1
 	// sends a batch 0 again, which only its payload (its timestamp at
@@ -398,6 +406,7 @@ func (s *ZMQSource) restore() {
 	if s.reset {
 		s.have, s.last = false, 0
 	}
+	s.ranksUnknown = s.have && len(s.ranks) == 0
 	s.mu.Lock()
 	s.stats.HasSeq, s.stats.LastSeq = s.have, s.last
 	s.mu.Unlock()
@@ -991,7 +1000,7 @@ func (s *ZMQSource) apply(ctx context.Context, seq uint64, payload []byte, repla
 		events = append(s.clearEvents(&b.DPRank), b.Events...)
 	}
 	var rankPos []wal.Position
-	if _, known := s.ranks[b.DPRank]; !known {
+	if _, known := s.ranks[b.DPRank]; !known && !s.ranksUnknown {
 		rankPos = append(rankPos, s.rankPosition(b.DPRank))
 	}
 	s.ranks[b.DPRank] = struct{}{}
@@ -1125,7 +1134,17 @@ func (s *ZMQSource) restartedBelow(ctx context.Context) error {
 // so the source holds nothing, and the worker id's other ranks may be fed by
 // other sources (one endpoint per DP rank is vLLM's usual layout), which a
 // WorkerRemoved would wipe.
+//
+// While the ranks are unknown (ranksUnknown) it returns a WorkerRemoved
+// event for the worker id instead, and forgets the ranks seen: the worker
+// holds none of this source's blocks after it, and the ranks of the
+// batches that follow are recorded again.
 func (s *ZMQSource) clearEvents(rank *uint32) []engine.Event {
+	if s.ranksUnknown {
+		s.ranksUnknown = false
+		clear(s.ranks)
+		return []engine.Event{{Worker: engine.WorkerKey{WorkerID: s.spec.WorkerID}, Kind: engine.KindWorkerRemoved}}
+	}
 	ranks := make([]uint32, 0, len(s.ranks)+1)
 	for r := range s.ranks {
 		ranks = append(ranks, r)

@@ -90,3 +90,60 @@ func TestZMQResetAfterSourceRestartClearsEveryRank(t *testing.T) {
 		t.Fatalf("the new batch 0 was not applied: %v", got)
 	}
 }
+
+// A WAL written by a kvidx from before the ranks were recorded holds the
+// source's position but no "#dp" position: after the upgrade the ranks the
+// source fed are unknown, and a clear (an engine restart, an undecodable
+// batch), also after another restart of kvidx, must still forget the blocks
+// of every rank fed before the upgrade (it forgot rank 0's only, or
+// nothing, and rank 1's blocks stayed matched for ever).
+func TestZMQClearAfterUpgradeFromWALWithoutRanks(t *testing.T) {
+	cases := []struct {
+		name string
+		// restartFirst: the upgraded kvidx applies a batch (seq 2, rank 0)
+		// and is restarted once more before the clear.
+		restartFirst bool
+		seq          uint64
+		payload      []byte
+		cleared      func(SourceStats) bool
+	}{
+		{"engine restart", false, 0, storedOnRank(0, 300, 30), func(s SourceStats) bool { return s.Resets == 1 }},
+		{"engine restart after a batch and another restart of kvidx", true, 0, storedOnRank(0, 300, 30), func(s SourceStats) bool { return s.Resets == 1 }},
+		{"undecodable batch", false, 2, []byte{0xc1}, func(s SourceStats) bool { return s.Errors[ReasonDecode] > 0 }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
+			e := newFakeEngine(t, ctx)
+			st := &indexStore{ix: engine.New()}
+			spec := ZMQSpec{Endpoint: e.pubEP, WorkerID: 7}
+			src := NewZMQSource(spec, st, testOptions())
+			stop := runUntilCancelled(t, ctx, src)
+			sendUntil(t, e, 0, storedOnRank(0, 100, 10), "batch 0", func() bool { return src.Stats().HasSeq })
+			sendUntil(t, e, 1, storedOnRank(1, 200, 20), "batch 1", func() bool { return src.Stats().LastSeq == 1 })
+			stop()
+			// The WAL of the older kvidx: the same state, no rank recorded.
+			st.pos = slices.DeleteFunc(st.pos, func(p wal.Position) bool { return p.Source != SourceName(e.pubEP) })
+			rank1 := local(tokens(2, 20), 2, "")
+			if got := st.ix.Match(rank1, nil); len(got) != 1 {
+				t.Fatalf("rank 1's block not stored: %v", got)
+			}
+			if tc.restartFirst {
+				src = NewZMQSource(spec, st, testOptions())
+				stop = runUntilCancelled(t, ctx, src)
+				sendUntil(t, e, 2, storedOnRank(0, 400, 40), "batch 2", func() bool { return src.Stats().LastSeq == 2 })
+				stop()
+			}
+			src = NewZMQSource(spec, st, testOptions())
+			runSource(t, ctx, src)
+			sendUntil(t, e, tc.seq, tc.payload, "the clear", func() bool { return tc.cleared(src.Stats()) })
+			waitFor(t, "the clear applied", func() bool {
+				_, pos := st.Applied()
+				return slices.ContainsFunc(pos, func(p wal.Position) bool { return p.Source == SourceName(e.pubEP) && p.Seq == tc.seq })
+			})
+			if got := st.ix.Match(rank1, nil); len(got) != 0 {
+				t.Fatalf("after the clear, rank 1's block (stored before the upgrade) is still matched: %v", got)
+			}
+		})
+	}
+}

@@ -321,7 +321,8 @@ func TestZMQReplayMovedOn(t *testing.T) {
 	for seq := range uint64(8) {
 		e.publish(seq, false)
 	}
-	st := &fakeStore{pos: []wal.Position{{Source: SourceName(e.pubEP), Seq: 2}}}
+	// The batches applied up to 2 were on rank 1, which the WAL records.
+	st := &fakeStore{pos: []wal.Position{{Source: SourceName(e.pubEP), Seq: 2}, {Source: SourceName(e.pubEP) + rankMark + "1", Seq: 1}}}
 	src := NewZMQSource(ZMQSpec{Endpoint: e.pubEP, WorkerID: 7, Replay: e.repEP}, st, testOptions())
 	runSource(t, ctx, src)
 	waitFor(t, "batch 7", func() bool { return src.Stats().LastSeq == 7 })
