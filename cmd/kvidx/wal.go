@@ -79,7 +79,8 @@ Every segment file the cut changes or deletes is first copied to --backup
 (default DATA_DIR/wal-backup-<time>) and fsynced; nothing is cut otherwise. A
 file already in --backup is never overwritten (the repair refuses, naming it),
 and --backup may not be DATA_DIR/wal itself. Nothing happens without --yes. The data
-directory must not be open in a running kvidx (the command takes its lock).`,
+directory must not be open in a running kvidx (the command takes its lock), nor be
+of a newer format than this kvidx reads (its FORMAT file; refused).`,
 		Example: `  kvidx wal repair ./kvidx-data --truncate-after 41234 --yes
   kvidx wal repair ./kvidx-data --truncate-before 50001 --yes
   kvidx wal repair ./kvidx-data --trim-stray --yes`,
@@ -117,6 +118,13 @@ directory must not be open in a running kvidx (the command takes its lock).`,
 			lostWAL := setBefore && errors.Is(err, errNoWALDir)
 			if err != nil && !lostWAL {
 				return fmt.Errorf("wal repair: %w", err)
+			}
+			// A directory of a newer format (a later kvidx's, whose log
+			// this one may misread as damage) is not cut: a restart
+			// refuses it too. A log without FORMAT (wal/ alone) is
+			// repaired as before.
+			if v, err := recovery.CheckFormat(args[0]); v > recovery.FormatVersion {
+				return fmt.Errorf("wal repair: %w; nothing was changed", err)
 			}
 			if backup == "" {
 				backup = filepath.Join(args[0], "wal-backup-"+time.Now().UTC().Format("20060102T150405Z"))

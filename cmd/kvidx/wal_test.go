@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -529,4 +530,32 @@ func TestTruncateAfterPastLogEnd(t *testing.T) {
 			t.Fatalf("open after: %v, want the refusal the repair named", err)
 		}
 	})
+}
+
+// A data directory of a newer format (a later kvidx's, whose log this one
+// may misread as damage) is refused by every repair, as a restart refuses
+// it, and left as it was: the repair cut it, a copy kept, where recovery
+// would not even open it.
+func TestWALRepairRefusesNewerFormat(t *testing.T) {
+	data := t.TempDir()
+	buildSegmentedDir(t, data, 2)
+	if err := os.WriteFile(filepath.Join(data, recovery.FormatFileName), fmt.Appendf(nil, "kvidx-data %d\n", recovery.FormatVersion+1), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	before := hashTree(t, data)
+	for _, args := range [][]string{
+		{"--truncate-after", "30"},
+		{"--truncate-before", "42"},
+		{"--trim-stray"},
+	} {
+		t.Run(args[0], func(t *testing.T) {
+			_, _, err := runKvidx(t, "", append([]string{"wal", "repair", data, "--yes"}, args...)...)
+			if err == nil || !strings.Contains(err.Error(), "is newer than this kvidx reads") || !errors.Is(err, recovery.ErrFormat) {
+				t.Fatalf("error %v, want the newer format refused", err)
+			}
+			if after := hashTree(t, data); !maps.Equal(after, before) {
+				t.Fatalf("the data directory changed: %v, was %v", after, before)
+			}
+		})
+	}
 }
