@@ -6,13 +6,10 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/kvidx/kvidx/recovery"
 )
 
 // A second SIGTERM stops a shutdown that is taking its time (here a drain
@@ -102,70 +99,5 @@ func TestServeSecondSignalStopsAtOnce(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("a second SIGTERM did not stop the shutdown (the drain waits up to 30 s)")
-	}
-}
-
-// A second SIGINT stops a recovery stuck in a step that does not heed the
-// first (here reading a FORMAT file that is a FIFO no one writes; in use,
-// reserving the memory of a large --reserve-blocks, which took 16 s): it
-// was caught and ignored until recovery ended.
-func TestServeSecondSignalStopsRecovery(t *testing.T) {
-	if os.Getenv("KVIDX_SERVE_CHILD") != "" {
-		t.Skip("running as the child")
-	}
-	dir := t.TempDir()
-	if err := syscall.Mkfifo(filepath.Join(dir, recovery.FormatFileName), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestServeChild$")
-	cmd.Env = append(os.Environ(), "KVIDX_SERVE_CHILD="+dir)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	sc := bufio.NewScanner(stderr)
-	listening := false
-	for !listening && sc.Scan() {
-		listening = servingAddr.MatchString(sc.Text())
-	}
-	if !listening {
-		t.Fatal("child stopped before listening")
-	}
-	armed := make(chan struct{})
-	go func() {
-		for sc.Scan() {
-			if strings.Contains(sc.Text(), "a second SIGTERM or SIGINT stops at once") {
-				close(armed)
-				break
-			}
-		}
-		io.Copy(io.Discard, stderr)
-	}()
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	if err := cmd.Process.Signal(os.Interrupt); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-exited:
-		t.Fatalf("exited while recovery was stuck: %v", err)
-	case <-armed:
-	case <-time.After(5 * time.Second):
-		t.Error("the first SIGINT was not acknowledged (no log line)")
-	}
-	if err := cmd.Process.Signal(os.Interrupt); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-exited:
-		if err == nil {
-			t.Fatal("exit status 0 after a second SIGINT cut recovery short")
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("a second SIGINT did not stop a stuck recovery")
 	}
 }
