@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kvidx/kvidx/internal/smallfile"
 	"github.com/kvidx/kvidx/snapshot"
 	"github.com/kvidx/kvidx/wal"
 )
@@ -92,6 +93,10 @@ func dataDirPart(dir string) string {
 
 // readFormat returns the version in dir's FORMAT file, or 0 (and no error)
 // when there is no FORMAT file.
+// maxFormatBytes bounds the read of FORMAT, a one-line file: one grown
+// large (a sparse file, a log copied over it) is refused, not read whole.
+const maxFormatBytes = 256
+
 func readFormat(dir string) (int, error) {
 	path := filepath.Join(dir, FormatFileName)
 	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() {
@@ -103,9 +108,12 @@ func readFormat(dir string) (int, error) {
 		return 0, fmt.Errorf("data dir %s: %s is %s, not a file: move it out of %s and put the directory's %s file (%q) in its place",
 			dir, path, kind, dir, FormatFileName, fmt.Sprintf("%s %d\n", formatMagic, FormatVersion))
 	}
-	b, err := os.ReadFile(path)
+	b, err := smallfile.Read(path, maxFormatBytes)
 	if errors.Is(err, os.ErrNotExist) {
 		return 0, nil
+	}
+	if errors.Is(err, smallfile.ErrTooLarge) {
+		return 0, fmt.Errorf("data dir %s: %s holds more than %d bytes, want %q: %w", dir, FormatFileName, maxFormatBytes, fmt.Sprintf("%s %d\n", formatMagic, FormatVersion), ErrFormat)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("data dir %s: %w", dir, err)

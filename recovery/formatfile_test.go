@@ -1,6 +1,7 @@
 package recovery
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -43,5 +44,22 @@ func TestFormatNotAFile(t *testing.T) {
 				t.Fatalf("CheckFormat: %v, want a refusal naming %s, saying %q and what to put there", err, p, tc.want+dir)
 			}
 		})
+	}
+}
+
+// A FORMAT file grown large (here a sparse terabyte) is refused as not a
+// FORMAT file, without being read whole into memory.
+func TestFormatTooLarge(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, FormatFileName)
+	if err := os.WriteFile(p, []byte("kvidx-data 2\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(p, 1<<40); err != nil {
+		t.Fatal(err)
+	}
+	_, err := CheckFormat(dir)
+	if !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "more than 256 bytes") {
+		t.Fatalf("CheckFormat of a 1 TiB FORMAT: %v, want a format refusal saying it is too large", err)
 	}
 }

@@ -125,3 +125,19 @@ func TestTailMarkNotAFile(t *testing.T) {
 		})
 	}
 }
+
+// A TAIL file grown large (here a sparse terabyte) holds no index: the log
+// opens as one without TAIL does, and the file is not read whole.
+func TestTailMarkTooLarge(t *testing.T) {
+	dir := t.TempDir()
+	segmentedLog(t, dir, 40)
+	if err := os.Truncate(filepath.Join(dir, TailMarkName), 1<<40); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := readTailMark(dir); n != 0 || err != nil {
+		t.Fatalf("readTailMark of a 1 TiB TAIL: %d, %v; want 0, nil", n, err)
+	}
+	if _, err := Inspect(dir); err != nil {
+		t.Fatalf("Inspect: %v", err)
+	}
+}

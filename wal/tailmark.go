@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/kvidx/kvidx/internal/smallfile"
 )
 
 // The log's end is otherwise recorded nowhere: with its last segment files
@@ -46,6 +48,9 @@ func writeTailMark(dir string, first uint64) error {
 	return nil
 }
 
+// maxTailMarkBytes bounds the read of TAIL, which holds one index.
+const maxTailMarkBytes = 64
+
 // readTailMark returns the first index TAIL records, 0 when there is no
 // such file or it does not hold one.
 func readTailMark(dir string) (uint64, error) {
@@ -55,8 +60,9 @@ func readTailMark(dir string) (uint64, error) {
 		return 0, fmt.Errorf("wal %s: %s is %s, not a file: move it out of %s (a missing %s is written again at the next segment rollover)",
 			dir, p, fileKind(fi), dir, TailMarkName)
 	}
-	b, err := os.ReadFile(p)
-	if errors.Is(err, os.ErrNotExist) {
+	b, err := smallfile.Read(p, maxTailMarkBytes)
+	if errors.Is(err, os.ErrNotExist) || errors.Is(err, smallfile.ErrTooLarge) {
+		// One grown large holds no index either.
 		return 0, nil
 	}
 	if err != nil {
