@@ -126,6 +126,17 @@ func chunkKey(firstPos, seq uint32) []byte {
 	return k
 }
 
+// keyText is a key as an error names it: in hex, or, when a damaged file
+// gives it more bytes than a chunk key has, its first 8 bytes and its
+// length (a damaged key size made the hex of megabytes of the file, and of
+// memory past it, an error message).
+func keyText(k []byte) string {
+	if len(k) <= 8 {
+		return fmt.Sprintf("%x", k)
+	}
+	return fmt.Sprintf("%x... (%d bytes)", k[:8], len(k))
+}
+
 func parseChunkKey(k []byte) (firstPos, seq uint32, err error) {
 	if len(k) != 8 {
 		return 0, 0, fmt.Errorf("chunk key of %d bytes", len(k))

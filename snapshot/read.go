@@ -328,7 +328,7 @@ func (r *Reader) Scan(ctx context.Context, from, to uint32, workers []engine.Wor
 		for pk != nil {
 			h, err := parseChunkHeader(pv)
 			if err != nil {
-				return corrupt(r.path, "chunk %x: %v", pk, err)
+				return corrupt(r.path, "chunk %s: %v", keyText(pk), err)
 			}
 			if h.lastPos < from {
 				break
@@ -356,7 +356,7 @@ func (r *Reader) Scan(ctx context.Context, from, to uint32, workers []engine.Wor
 			d.hasPrev, d.nextOrd = false, 0 // chunks are checked one by one
 			out.Reset()
 			if err := d.chunk(k, v, from, to, &out); err != nil {
-				return corrupt(r.path, "chunk %x: %v", k, err)
+				return corrupt(r.path, "chunk %s: %v", keyText(k), err)
 			}
 			h0, x0 := uint32(0), uint32(0)
 			for _, p := range out.Places {
@@ -419,7 +419,7 @@ func (r *Reader) each(ctx context.Context, countEntries bool, fn func(*engine.Pl
 				}
 			}
 			if v == nil {
-				return corrupt(r.path, "places bucket holds a nested bucket %x", k)
+				return corrupt(r.path, "places bucket holds a nested bucket %s", keyText(k))
 			}
 			crc = checksumUpdate(checksumUpdate(crc, k), v)
 			_, s, err := parseChunkKey(k)
