@@ -131,6 +131,9 @@ func (r *Reader) readHead(tx *bolt.Tx) error {
 	if hwm := tx.Size(); hwm > r.size {
 		return corrupt(path, "file of %d bytes, its pages reach %d (truncated)", r.size, hwm)
 	}
+	if err := r.checkPages(tx); err != nil {
+		return err
+	}
 	mb := tx.Bucket(bucketMeta)
 	if mb == nil {
 		return corrupt(path, "no meta bucket")
@@ -245,6 +248,169 @@ func (r *Reader) readHead(tx *bolt.Tx) error {
 	}
 	if tx.Bucket(bucketPlaces) == nil {
 		return corrupt(path, "no places bucket")
+	}
+	return nil
+}
+
+// checkPages walks the pages of the root bucket and of the buckets it
+// holds, reading them from the file rather than bbolt's map, before bbolt
+// reads any of them. bbolt trusts the sizes, offsets and page ids a page
+// holds: a damaged one made it allocate what a size declared (it copies an
+// unaligned bucket value whole: up to 4 GiB for one flipped bit) or hand out
+// keys and values that run past the file into memory of the Go heap (a
+// checksum over such a key crashed the process with "found bad pointer in
+// Go heap", which no recover catches). FuzzFile found both. Every page must
+// lie within the file's pages, carry its own id, be a branch or a leaf page
+// whose elements lie within it, and be reached once; an inline bucket's
+// page must lie within its value.
+func (r *Reader) checkPages(tx *bolt.Tx) error {
+	f, err := os.Open(r.path)
+	if err != nil {
+		return fmt.Errorf("snapshot %s: %w", r.path, err)
+	}
+	defer f.Close()
+	ps := int64(tx.DB().Info().PageSize)
+	w := &pageWalker{r: r, f: f, ps: ps, end: tx.Size(), seen: map[int64]bool{}}
+	var buckets [][]byte
+	if err := w.walk(int64(tx.Cursor().Bucket().Root()), 0, &buckets); err != nil {
+		return err
+	}
+	for _, v := range buckets {
+		if len(v) < bucketHeader {
+			return corrupt(r.path, "bucket value of %d bytes", len(v))
+		}
+		if root := int64(binary.LittleEndian.Uint64(v)); root != 0 {
+			if err := w.walk(root, 0, nil); err != nil {
+				return err
+			}
+			continue
+		}
+		// An inline bucket: a leaf page within the value.
+		page := v[bucketHeader:]
+		if len(page) < pageHeader {
+			return corrupt(r.path, "inline bucket of %d bytes", len(v))
+		}
+		if flags := binary.LittleEndian.Uint16(page[8:]); flags != leafPage {
+			return corrupt(r.path, "inline bucket page is not a leaf page (flags %#x)", flags)
+		}
+		count := int64(binary.LittleEndian.Uint16(page[10:]))
+		size := int64(len(page))
+		if pageHeader+elementSize*count > size {
+			return corrupt(r.path, "inline bucket page: %d elements do not fit in its %d bytes", count, size)
+		}
+		if err := w.leafElements(page[pageHeader:pageHeader+elementSize*count], size, "an inline bucket page"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// bbolt's page layout (go.etcd.io/bbolt/internal/common/page.go).
+const (
+	pageHeader   = 16 // id, flags, count, overflow
+	elementSize  = 16 // leaf: flags, pos, ksize, vsize; branch: pos, ksize, pgid
+	bucketHeader = 16 // root page id, sequence
+	branchPage   = 0x01
+	leafPage     = 0x02
+	bucketLeaf   = 0x01 // a leaf element that is a bucket
+	maxDepth     = 64
+)
+
+// pageWalker reads bbolt pages from the file for checkPages.
+type pageWalker struct {
+	r    *Reader
+	f    *os.File
+	ps   int64
+	end  int64 // bytes the meta's page count covers (at most the file's size)
+	seen map[int64]bool
+}
+
+// walk checks page id and the pages under it; buckets, when not nil,
+// collects the values of the bucket elements of its leaves (the root
+// bucket's: kvidx's three buckets).
+func (w *pageWalker) walk(id int64, depth int, buckets *[][]byte) error {
+	path := w.r.path
+	if depth > maxDepth {
+		return corrupt(path, "page %d: a tree deeper than %d pages", id, maxDepth)
+	}
+	if id < 2 || id >= w.end/w.ps {
+		return corrupt(path, "page %d beyond the file's %d pages", id, w.end/w.ps)
+	}
+	if w.seen[id] {
+		return corrupt(path, "page %d reached twice", id)
+	}
+	w.seen[id] = true
+	head := make([]byte, pageHeader)
+	if _, err := w.f.ReadAt(head, id*w.ps); err != nil {
+		return fmt.Errorf("snapshot %s: reading page %d: %w", path, id, err)
+	}
+	flags, count := binary.LittleEndian.Uint16(head[8:]), int64(binary.LittleEndian.Uint16(head[10:]))
+	size := (1 + int64(binary.LittleEndian.Uint32(head[12:]))) * w.ps
+	switch {
+	case int64(binary.LittleEndian.Uint64(head)) != id:
+		return corrupt(path, "page %d carries the id %d", id, binary.LittleEndian.Uint64(head))
+	case flags != leafPage && flags != branchPage:
+		return corrupt(path, "page %d is neither a branch nor a leaf page (flags %#x)", id, flags)
+	case size > w.end-id*w.ps:
+		return corrupt(path, "page %d of %d bytes reaches past the file's pages", id, size)
+	case pageHeader+elementSize*count > size:
+		return corrupt(path, "page %d: %d elements do not fit in its %d bytes", id, count, size)
+	}
+	elems := make([]byte, elementSize*count)
+	if _, err := w.f.ReadAt(elems, id*w.ps+pageHeader); err != nil {
+		return fmt.Errorf("snapshot %s: reading page %d: %w", path, id, err)
+	}
+	if flags == branchPage {
+		for i := range count {
+			e := elems[elementSize*i:]
+			if end := pageHeader + elementSize*i + int64(binary.LittleEndian.Uint32(e)) + int64(binary.LittleEndian.Uint32(e[4:])); end > size {
+				return corrupt(path, "page %d: element %d reaches byte %d of a %d-byte page", id, i, end, size)
+			}
+			if err := w.walk(int64(binary.LittleEndian.Uint64(e[8:])), depth+1, buckets); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := w.leafElements(elems, size, fmt.Sprintf("page %d", id)); err != nil {
+		return err
+	}
+	if buckets == nil {
+		return nil
+	}
+	for i := range count {
+		e := elems[elementSize*i:]
+		if binary.LittleEndian.Uint32(e)&bucketLeaf == 0 {
+			continue
+		}
+		if len(*buckets) == 16 {
+			return corrupt(path, "the root bucket holds more than 16 buckets")
+		}
+		vsize := int64(binary.LittleEndian.Uint32(e[12:]))
+		// bbolt inlines a bucket smaller than a quarter page.
+		if vsize > w.ps {
+			return corrupt(path, "page %d: bucket value of %d bytes", id, vsize)
+		}
+		v := make([]byte, vsize)
+		off := id*w.ps + pageHeader + elementSize*i + int64(binary.LittleEndian.Uint32(e[4:])) + int64(binary.LittleEndian.Uint32(e[8:]))
+		if _, err := w.f.ReadAt(v, off); err != nil {
+			return fmt.Errorf("snapshot %s: reading page %d: %w", path, id, err)
+		}
+		*buckets = append(*buckets, v)
+	}
+	return nil
+}
+
+// leafElements checks that each leaf element of a page of size bytes
+// (elems: its element array) lies within it.
+func (w *pageWalker) leafElements(elems []byte, size int64, what string) error {
+	for i := range int64(len(elems) / elementSize) {
+		e := elems[elementSize*i:]
+		end := pageHeader + elementSize*i + int64(binary.LittleEndian.Uint32(e[4:])) +
+			int64(binary.LittleEndian.Uint32(e[8:])) + int64(binary.LittleEndian.Uint32(e[12:]))
+		if end > size {
+			return corrupt(w.r.path, "%s: element %d reaches byte %d of a %d-byte page", what, i, end, size)
+		}
 	}
 	return nil
 }
