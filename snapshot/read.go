@@ -3,7 +3,9 @@ package snapshot
 // Verification.
 //
 // bbolt checksums only its meta pages, so reading checks everything else:
-// the file size against bbolt's page count (truncation), the format version,
+// the file size against bbolt's page count (truncation), the pages of the
+// buckets, read from the file before bbolt reads them (bbolt trusts their
+// sizes and page ids; see checkPages), the format version,
 // a complete meta with its own checksum, the hashing parameters, the worker
 // table, every chunk's framing, order and counts, then the data checksum and
 // the entry, holder-block and place counts; the engine's loader checks the
