@@ -374,7 +374,10 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	go func() {
 		<-ctx.Done()
 		stop() // before the log line, which then holds when it is read
-		if cmd.Context().Err() == nil {
+		// Only a signal begins a shutdown: not stop on a start that failed
+		// (a locked data directory, a refusal), which logged this line
+		// before its error, nor the end of serve.
+		if context.Cause(ctx) != context.Canceled && cmd.Context().Err() == nil {
 			log.Info("shutting down; a second SIGTERM or SIGINT stops at once")
 		}
 	}()

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kvidx/kvidx/recovery"
 )
 
 // servingAddr matches the log line that tells where the server listens.
@@ -467,5 +469,48 @@ func TestCompletionScriptGoesToCommandOutput(t *testing.T) {
 		if err != nil || !strings.Contains(stdout, want) {
 			t.Errorf("kvidx completion %s: err = %v, stdout %d bytes, want the script (%q)", shell, err, len(stdout), want)
 		}
+	}
+}
+
+// A start that fails without any signal (a data directory another server
+// holds, a refusal) stops serve's signal handling on its way out: that is
+// no shutdown a second signal could cut short, and serve must not log one
+// (found by review: the locked directory's error came after "shutting
+// down; a second SIGTERM or SIGINT stops at once").
+func TestServeFailedStartLogsNoShutdown(t *testing.T) {
+	tests := []struct {
+		name string
+		// prepare makes dir fail serve's start with an error holding want.
+		prepare func(t *testing.T, dir string)
+		want    string
+	}{
+		{"locked", func(t *testing.T, dir string) {
+			s, err := recovery.Open(context.Background(), dir, recovery.Options{Logger: quietLogger()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+		}, "in use by another writer"},
+		{"refused FORMAT", func(t *testing.T, dir string) {
+			if err := os.MkdirAll(dir, 0o750); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, recovery.FormatFileName), []byte("not kvidx\n"), 0o640); err != nil {
+				t.Fatal(err)
+			}
+		}, recovery.FormatFileName},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "data")
+			tt.prepare(t, dir)
+			_, stderr, err := runKvidx(t, "", "serve", "--data-dir", dir, "--listen", "127.0.0.1:0")
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("serve: %v; want an error holding %q", err, tt.want)
+			}
+			if strings.Contains(stderr, "shutting down") {
+				t.Fatalf("serve that failed to start logged a shutdown:\n%s", stderr)
+			}
+		})
 	}
 }
