@@ -70,7 +70,8 @@ func MoveAsideDamaged(ctx context.Context, walDir string, snaps []snapshot.File,
 // CoveringSnapshot returns the newest snapshot of the data directory
 // dataDir at WAL index before-1 or later that verifies whole and whose meta
 // agrees with its name, or an error saying why none does: removing the WAL
-// entries before index before is safe only when it holds them.
+// entries before index before is safe only when it holds them. Once ctx is
+// done, the error wraps ctx's.
 func CoveringSnapshot(ctx context.Context, dataDir string, before uint64) (snapshot.File, error) {
 	if before == 0 {
 		return snapshot.File{}, errors.New("WAL index 0: WAL indexes start at 1")
@@ -92,6 +93,10 @@ func CoveringSnapshot(ctx context.Context, dataDir string, before uint64) (snaps
 		}
 		if err == nil {
 			return f, nil
+		}
+		if cerr := ctx.Err(); cerr != nil {
+			// Not "no snapshot verifies": none was verified.
+			return snapshot.File{}, fmt.Errorf("verifying snapshot %s: %w", f.Path, cerr)
 		}
 		why = append(why, fmt.Sprintf("%s: %v", filepath.Base(f.Path), err))
 	}

@@ -355,6 +355,9 @@ func TestCoveringSnapshotTable(t *testing.T) {
 		shape  func(t *testing.T, snap func(uint64) string)
 		want   uint64   // the snapshot found; 0: an error
 		err    []string // parts of the error
+		// canceled: ctx is done before the call; the error must wrap
+		// context.Canceled, not say that no snapshot verifies.
+		canceled bool
 	}{
 		{name: "index 0", before: 0, err: []string{"WAL indexes start at 1"}},
 		{name: "just after the newest", before: 21, want: 20},
@@ -379,6 +382,7 @@ func TestCoveringSnapshotTable(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, err: []string{snapshot.FileName(30) + ": its meta says WAL index 10"}},
+		{name: "interrupted", before: 11, canceled: true, err: []string{"verifying snapshot", snapshot.FileName(20)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -387,7 +391,15 @@ func TestCoveringSnapshotTable(t *testing.T) {
 			if tt.shape != nil {
 				tt.shape(t, snap)
 			}
-			f, err := CoveringSnapshot(context.Background(), dir, tt.before)
+			ctx, cancel := context.WithCancel(context.Background())
+			if tt.canceled {
+				cancel()
+			}
+			f, err := CoveringSnapshot(ctx, dir, tt.before)
+			cancel()
+			if errors.Is(err, context.Canceled) != tt.canceled {
+				t.Errorf("canceled %v: error %v", tt.canceled, err)
+			}
 			if tt.want != 0 {
 				if err != nil || f.Index != tt.want {
 					t.Fatalf("found %+v, %v; want snapshot %d", f, err, tt.want)
