@@ -201,23 +201,7 @@ func initDir(dir string) error {
 // the old line or the new one.
 func writeFormat(dir string) error {
 	path := filepath.Join(dir, FormatFileName)
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o640)
-	if err != nil {
-		return fmt.Errorf("data dir %s: %w", dir, err)
-	}
-	_, err = fmt.Fprintf(f, "%s %d\n", formatMagic, FormatVersion)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
+	if err := smallfile.Write(path, fmt.Appendf(nil, "%s %d\n", formatMagic, FormatVersion), true); err != nil {
 		return fmt.Errorf("data dir %s: write %s: %w", dir, FormatFileName, err)
 	}
 	return syncDir(dir)

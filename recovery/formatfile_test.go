@@ -1,6 +1,7 @@
 package recovery
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -61,5 +62,37 @@ func TestFormatTooLarge(t *testing.T) {
 	_, err := CheckFormat(dir)
 	if !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "more than 256 bytes") {
 		t.Fatalf("CheckFormat of a 1 TiB FORMAT: %v, want a format refusal saying it is too large", err)
+	}
+}
+
+// A named pipe left at FORMAT's temporary name does not hold up the start
+// that writes a new directory's FORMAT (the open for writing blocked until
+// a reader came: kvidx serve hung in recovery).
+func TestFormatTempNamedPipe(t *testing.T) {
+	dir := t.TempDir()
+	if err := syscall.Mkfifo(filepath.Join(dir, FormatFileName+".tmp"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		s, err := Open(context.Background(), dir, testOptions())
+		if err == nil {
+			err = s.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		if f, err := os.OpenFile(filepath.Join(dir, FormatFileName+".tmp"), os.O_RDONLY|syscall.O_NONBLOCK, 0); err == nil {
+			f.Close()
+		}
+		t.Fatal("Open of a new directory still running after 10 s")
+	}
+	if v, err := CheckFormat(dir); v != FormatVersion || err != nil {
+		t.Fatalf("FORMAT after Open: version %d, %v", v, err)
 	}
 }

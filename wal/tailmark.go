@@ -35,14 +35,7 @@ const TailMarkName = "TAIL"
 // The caller fsyncs the directory. The file's own data is not fsynced: if a
 // power loss loses it, the check is skipped, never failed (readTailMark).
 func writeTailMark(dir string, first uint64) error {
-	tmp := filepath.Join(dir, TailMarkName+".tmp")
-	if err := os.WriteFile(tmp, []byte(strconv.FormatUint(first, 10)+"\n"), 0o640); err != nil {
-		// Not left behind: on a full disk it is an empty file that a
-		// later listing of the directory would have to explain.
-		os.Remove(tmp)
-		return fmt.Errorf("wal %s: write %s: %w", dir, TailMarkName, err)
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, TailMarkName)); err != nil {
+	if err := smallfile.Write(filepath.Join(dir, TailMarkName), []byte(strconv.FormatUint(first, 10)+"\n"), false); err != nil {
 		return fmt.Errorf("wal %s: write %s: %w", dir, TailMarkName, err)
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"syscall"
 )
 
 // ErrTooLarge is returned, wrapped, for a file longer than the bound.
@@ -27,4 +28,43 @@ func Read(path string, max int) ([]byte, error) {
 		return nil, fmt.Errorf("%s: more than %d bytes: %w", path, max, ErrTooLarge)
 	}
 	return b, nil
+}
+
+// Write replaces the file at path with data, through path+".tmp" renamed
+// over it, and with sync fsyncs the temporary file before the rename (the
+// caller fsyncs the directory). A named pipe (or socket, or device node)
+// at the temporary name is removed first, and the open does not wait for
+// a reader: opening a pipe for writing blocked until one came, for good.
+// A regular file or a link there is truncated and written, as before.
+func Write(path string, data []byte, sync bool) (err error) {
+	tmp := path + ".tmp"
+	if fi, err := os.Lstat(tmp); err == nil && !fi.Mode().IsRegular() && fi.Mode()&os.ModeSymlink == 0 {
+		if err := os.Remove(tmp); err != nil {
+			return err
+		}
+	}
+	// O_NONBLOCK: a link to a named pipe without a reader fails (ENXIO)
+	// instead of blocking; it changes nothing for a regular file.
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY|syscall.O_NONBLOCK, 0o640)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			// Not left behind: on a full disk it is a partial file that a
+			// later listing of the directory would have to explain.
+			os.Remove(tmp)
+		}
+	}()
+	_, err = f.Write(data)
+	if err == nil && sync {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }

@@ -5,7 +5,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func TestRead(t *testing.T) {
@@ -42,5 +44,72 @@ func TestRead(t *testing.T) {
 				t.Fatalf("Read: %d bytes, want %d", len(b), tt.want)
 			}
 		})
+	}
+}
+
+func TestWrite(t *testing.T) {
+	tests := []struct {
+		name    string
+		before  func(t *testing.T, path string) // what the names hold first
+		wantErr bool
+	}{
+		{"fresh", func(*testing.T, string) {}, false},
+		{"over the file", func(t *testing.T, path string) { writeFile(t, path, "old and longer\n") }, false},
+		{"a temporary file left", func(t *testing.T, path string) { writeFile(t, path+".tmp", "partial") }, false},
+		// A named pipe at the temporary name blocked the open for good.
+		{"a named pipe at the temporary name", func(t *testing.T, path string) {
+			if err := syscall.Mkfifo(path+".tmp", 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+		// A link to one failed instead.
+		{"a link to a named pipe at the temporary name", func(t *testing.T, path string) {
+			fifo := filepath.Join(filepath.Dir(path), "fifo")
+			if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(fifo, path+".tmp"); err != nil {
+				t.Fatal(err)
+			}
+		}, true},
+		{"a directory with files at the temporary name", func(t *testing.T, path string) {
+			if err := os.Mkdir(path+".tmp", 0o750); err != nil {
+				t.Fatal(err)
+			}
+			writeFile(t, filepath.Join(path+".tmp", "x"), "x")
+		}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "MARK")
+			tt.before(t, path)
+			done := make(chan error, 1)
+			go func() { done <- Write(path, []byte("7\n"), true) }()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("Write still running after 10 s")
+			}
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("Write: %v, want an error: %v", err, tt.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			if b, err := os.ReadFile(path); err != nil || string(b) != "7\n" {
+				t.Fatalf("after Write: %q, %v", b, err)
+			}
+			if _, err := os.Lstat(path + ".tmp"); !errors.Is(err, fs.ErrNotExist) {
+				t.Fatalf("temporary file left: %v", err)
+			}
+		})
+	}
+}
+
+func writeFile(t *testing.T, path, s string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(s), 0o640); err != nil {
+		t.Fatal(err)
 	}
 }
