@@ -101,12 +101,8 @@ func readFormat(dir string) (int, error) {
 	path := filepath.Join(dir, FormatFileName)
 	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() {
 		// A named pipe would block the read for good.
-		kind := "a directory"
-		if !fi.IsDir() {
-			kind = "of type " + fi.Mode().Type().String()
-		}
 		return 0, fmt.Errorf("data dir %s: %s is %s, not a file: move it out of %s and put the directory's %s file (%q) in its place",
-			dir, path, kind, dir, FormatFileName, fmt.Sprintf("%s %d\n", formatMagic, FormatVersion))
+			dir, path, smallfile.Kind(fi.Mode()), dir, FormatFileName, fmt.Sprintf("%s %d\n", formatMagic, FormatVersion))
 	}
 	b, err := smallfile.Read(path, maxFormatBytes)
 	if errors.Is(err, os.ErrNotExist) {

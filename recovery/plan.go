@@ -25,6 +25,7 @@ import (
 	"path/filepath"
 
 	"github.com/kvidx/kvidx/engine"
+	"github.com/kvidx/kvidx/internal/smallfile"
 	"github.com/kvidx/kvidx/snapshot"
 	"github.com/kvidx/kvidx/wal"
 )
@@ -210,12 +211,8 @@ func planRead(ctx context.Context, dir string, opts PlanOptions, raced *bool) (*
 	}
 	if fi, err := os.Stat(filepath.Join(p.walDir, wal.LockFileName)); err == nil && !fi.Mode().IsRegular() {
 		// A restart opens the lock file first, and could not.
-		kind := "a directory"
-		if !fi.IsDir() {
-			kind = "of type " + fi.Mode().Type().String()
-		}
 		p.Refusal = fmt.Sprintf("the WAL's lock file %s is %s, not a regular file: the lock cannot be taken",
-			filepath.Join(WALDirName, wal.LockFileName), kind)
+			filepath.Join(WALDirName, wal.LockFileName), smallfile.Kind(fi.Mode()))
 		return p, nil, nil
 	}
 	if lerr != nil {

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/kvidx/kvidx/internal/smallfile"
 )
 
 // DefaultKeep is how many snapshots Prune keeps when asked to keep fewer than one.
@@ -112,11 +114,7 @@ func PassedOver(dir string) []string {
 		}
 		p := filepath.Join(dir, e.Name())
 		if e.Type() != fs.ModeSymlink {
-			kind := "a directory"
-			if !e.IsDir() {
-				kind = "of type " + e.Type().String()
-			}
-			out = append(out, fmt.Sprintf("%s is %s, not a snapshot file", p, kind))
+			out = append(out, fmt.Sprintf("%s is %s, not a snapshot file", p, smallfile.Kind(e.Type())))
 			continue
 		}
 		target, _ := os.Readlink(p)

@@ -40,6 +40,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/kvidx/kvidx/internal/smallfile"
 )
 
 // segFile is one tidwall/wal segment file: 20-digit first index, optionally
@@ -107,15 +109,7 @@ func checkSegmentFile(dir, name string) error {
 	if fi.Mode().IsRegular() {
 		return nil
 	}
-	return fmt.Errorf("segment %s is %s, not a segment file: move it out of %s (if the log's segment of that name was moved elsewhere, put it back in its place)", p, fileKind(fi), dir)
-}
-
-// fileKind says what fi, which is not a regular file, is.
-func fileKind(fi os.FileInfo) string {
-	if fi.IsDir() {
-		return "a directory"
-	}
-	return "of type " + fi.Mode().Type().String()
+	return fmt.Errorf("segment %s is %s, not a segment file: move it out of %s (if the log's segment of that name was moved elsewhere, put it back in its place)", p, smallfile.Kind(fi.Mode()), dir)
 }
 
 // isTruncationTemp reports whether name is the temporary file tidwall/wal's

@@ -51,7 +51,7 @@ func readTailMark(dir string) (uint64, error) {
 	if fi, err := os.Stat(p); err == nil && !fi.Mode().IsRegular() {
 		// A named pipe would block the read for good.
 		return 0, fmt.Errorf("wal %s: %s is %s, not a file: move it out of %s (a missing %s is written again at the next segment rollover)",
-			dir, p, fileKind(fi), dir, TailMarkName)
+			dir, p, smallfile.Kind(fi.Mode()), dir, TailMarkName)
 	}
 	b, err := smallfile.Read(p, maxTailMarkBytes)
 	if errors.Is(err, os.ErrNotExist) || errors.Is(err, smallfile.ErrTooLarge) {

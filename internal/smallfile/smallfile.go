@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"syscall"
 )
@@ -67,4 +68,14 @@ func Write(path string, data []byte, sync bool) (err error) {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// Kind says what a path of the given mode, which is not a regular file,
+// is, for a refusal's "PATH is KIND, not a file": "a directory", or "of
+// type" and the mode's type letters (a named pipe: "of type p---------").
+func Kind(mode fs.FileMode) string {
+	if mode.IsDir() {
+		return "a directory"
+	}
+	return "of type " + mode.Type().String()
 }
