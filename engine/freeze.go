@@ -342,11 +342,6 @@ func inParts(n int, fn func(p int)) {
 	}
 }
 
-func (f *Frozen) place(ref uint32) *place {
-	local := refLocal(ref)
-	return &f.pages[refShard(ref)][local>>pageBits][local&(pageSize-1)]
-}
-
 // Places calls yield for every place, in position order (places of one
 // position in no particular order), until yield returns false. The record
 // and its slices are reused between calls: copy what must outlive one.

@@ -455,27 +455,26 @@ func noSnapshotRefusal(dataDir string, snaps []snapshot.File, first, last, conti
 	}
 	if first == 1 {
 		// The entries before the first gap replay from index 1: cutting
-		// the rest is the way out when the missing ones cannot be put back.
-		for _, g := range gaps {
-			if g.Keep >= 1 {
-				// A snapshot past the cut would stop the repair (the log
-				// would end before it), and it is of no use after the cut.
-				var past []string
-				for _, f := range snaps {
-					if f.Index > g.Keep {
-						past = append(past, filepath.Base(f.Path))
-					}
+		// the rest, from the first gap on, is the way out when the missing
+		// ones cannot be put back.
+		if len(gaps) > 0 && gaps[0].Keep >= 1 {
+			g := gaps[0]
+			// A snapshot past the cut would stop the repair (the log
+			// would end before it), and it is of no use after the cut.
+			var past []string
+			for _, f := range snaps {
+				if f.Index > g.Keep {
+					past = append(past, filepath.Base(f.Path))
 				}
-				moveFirst := ""
-				if len(past) > 0 {
-					moveFirst = fmt.Sprintf("move %s out of %s (newer than the cut: the log would end before it), then ",
-						strings.Join(past, ", "), filepath.Join(dataDir, SnapshotDirName))
-				}
-				return fmt.Sprintf("no usable snapshot, and the WAL is not whole from index 1 (entries %d..%d are missing or unreadable); "+
-					"put them back if you can, or %skvidx wal repair %s --truncate-after %d --yes drops entries %d..%d, the ones after the gap lost with them, "+
-					"and recovery then replays the rest", g.From, g.To, moveFirst, wal.ShellArg(dataDir), g.Keep, g.Keep+1, last)
 			}
-			break
+			moveFirst := ""
+			if len(past) > 0 {
+				moveFirst = fmt.Sprintf("move %s out of %s (newer than the cut: the log would end before it), then ",
+					strings.Join(past, ", "), filepath.Join(dataDir, SnapshotDirName))
+			}
+			return fmt.Sprintf("no usable snapshot, and the WAL is not whole from index 1 (entries %d..%d are missing or unreadable); "+
+				"put them back if you can, or %skvidx wal repair %s --truncate-after %d --yes drops entries %d..%d, the ones after the gap lost with them, "+
+				"and recovery then replays the rest", g.From, g.To, moveFirst, wal.ShellArg(dataDir), g.Keep, g.Keep+1, last)
 		}
 		return "no usable snapshot, and the WAL is not whole from index 1"
 	}

@@ -35,6 +35,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/kvidx/kvidx/engine"
 )
@@ -114,7 +115,7 @@ func open(path string, mmapFlags int) (r *Reader, err error) {
 		// ones ("file size too small" for a file cut inside its second page).
 		var errno syscall.Errno
 		var pathErr *fs.PathError
-		if errors.Is(err, bolt.ErrTimeout) || errors.As(err, &errno) || errors.As(err, &pathErr) {
+		if errors.Is(err, berrors.ErrTimeout) || errors.As(err, &errno) || errors.As(err, &pathErr) {
 			return nil, fmt.Errorf("snapshot %s: %w", path, err)
 		}
 		return nil, corrupt(path, "%v", err)

@@ -3,7 +3,6 @@ package jetstream
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
@@ -46,11 +45,6 @@ func publishRaw(t *testing.T, url, subject string, payloads ...[]byte) uint64 {
 		last = ack.Sequence
 	}
 	return last
-}
-
-// storedJSON is a one-block Stored event of worker w, block and tokens hash h.
-func storedJSON(w, h int) string {
-	return fmt.Sprintf(`{"worker_id":%d,"event":{"data":{"stored":{"blocks":[{"block_hash":%d,"tokens_hash":%d}]}}}}`, w, h, h)
 }
 
 // runInBackground runs src until the returned function is called, which
