@@ -10,6 +10,12 @@ package recovery
 // its [RecoveryPlan]. [RecoveryPlan.Replay] applies the entries a restart
 // would replay to an index, reading the WAL read-only.
 //
+// The plan also says what the data makes no difference to but a restart
+// meets: a format 1 directory that a restart upgrades (after which a kvidx
+// older than format 2 refuses it), and a data directory this process
+// cannot write (a read-only mount, a wal/ of another owner), where a
+// restart fails at the WAL's lock file.
+//
 // On the directory of a running server, a WAL segment or snapshot listed a
 // moment ago can be gone when it is read (the server truncated its WAL or
 // pruned a snapshot), and a snapshot published after the WAL was read can
@@ -23,6 +29,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/kvidx/kvidx/engine"
 	"github.com/kvidx/kvidx/internal/smallfile"
@@ -40,10 +49,24 @@ type RecoveryPlan struct {
 	Format int `json:"format"`
 	// FormatProblem, when not empty, is why Open refuses the directory's
 	// FORMAT file (or its absence next to existing data).
-	FormatProblem string        `json:"format_problem,omitempty"`
-	WAL           WALSummary    `json:"wal"`
-	SnapshotUsed  *PlanSnapshot `json:"snapshot_used"`
-	Skipped       []PlanSkipped `json:"snapshots_skipped"`
+	FormatProblem string `json:"format_problem,omitempty"`
+	// FormatUpgrade, when not 0, is the format a restart upgrades the
+	// directory to (from Format, an older one that Open still reads) once
+	// it recovered: after that a kvidx that reads only Format refuses the
+	// directory. 0 when there is nothing to upgrade, or when the plan
+	// holds a refusal (a refused Open leaves the directory as it was).
+	FormatUpgrade int `json:"format_upgrade,omitempty"`
+	// WriteProblem, when not empty, is why this process could not write
+	// the data directory where a restart must (wal/, its lock file, the
+	// data directory when wal/ is missing or FORMAT is to be written): a
+	// read-only mount, or files of another owner. A restart by this user
+	// would fail at once, at the WAL's lock file, whatever the data; a
+	// server running as another user may write it. The rest of the plan is
+	// what the data makes of a restart.
+	WriteProblem string        `json:"write_problem,omitempty"`
+	WAL          WALSummary    `json:"wal"`
+	SnapshotUsed *PlanSnapshot `json:"snapshot_used"`
+	Skipped      []PlanSkipped `json:"snapshots_skipped"`
 	// ReplayFrom..ReplayTo are the WAL entries replayed after the snapshot
 	// (ReplayEntries 0: none).
 	ReplayFrom    uint64 `json:"replay_from"`
@@ -54,8 +77,6 @@ type RecoveryPlan struct {
 	TempFiles []string `json:"temp_files_to_remove"`
 	// Refusal, when not empty, is why Open would refuse to start.
 	Refusal string `json:"refusal,omitempty"`
-
-	walDir string
 }
 
 // WALSummary is the WAL as [Plan] found it (see [wal.Layout]).
@@ -119,12 +140,21 @@ type PlanOptions struct {
 const PlanAttempts = 5
 
 // ErrNoDataDir is in the error of [CheckDataDir] and [Plan] for a data
-// directory that does not exist.
-var ErrNoDataDir = errors.New("does not exist")
+// directory that does not exist. It matches [fs.ErrNotExist] too
+// (errors.Is), as the error of os.Stat that it replaced did.
+var ErrNoDataDir error = noDataDirError{}
+
+type noDataDirError struct{}
+
+func (noDataDirError) Error() string { return "does not exist" }
+
+// Is makes errors.Is(ErrNoDataDir, fs.ErrNotExist) hold.
+func (noDataDirError) Is(target error) bool { return target == fs.ErrNotExist }
 
 // CheckDataDir checks that dir exists and is a directory, as the offline
 // commands that work on an existing data directory need: its errors name
-// dir, and wrap [ErrNoDataDir] when there is nothing at dir.
+// dir, and wrap [ErrNoDataDir] (which matches [fs.ErrNotExist] as well)
+// when there is nothing at dir.
 func CheckDataDir(dir string) error {
 	fi, err := os.Stat(dir)
 	if errors.Is(err, os.ErrNotExist) {
@@ -181,7 +211,8 @@ func planRead(ctx context.Context, dir string, opts PlanOptions, raced *bool) (*
 		return nil, nil, err
 	}
 	// Lists are [] in JSON when empty, as every list kvidx prints is.
-	p := &RecoveryPlan{walDir: filepath.Join(dir, WALDirName), Skipped: []PlanSkipped{}, TempFiles: []string{}}
+	p := &RecoveryPlan{Skipped: []PlanSkipped{}, TempFiles: []string{}}
+	walDir := filepath.Join(dir, WALDirName)
 	var err error
 	p.Format, err = CheckFormat(dir)
 	if errors.Is(err, ErrFormat) {
@@ -189,7 +220,8 @@ func planRead(ctx context.Context, dir string, opts PlanOptions, raced *bool) (*
 	} else if err != nil {
 		return nil, nil, err // it names the data dir
 	}
-	lay, lerr := wal.Inspect(p.walDir)
+	p.WriteProblem = writeProblem(dir, p.Format)
+	lay, lerr := wal.Inspect(walDir)
 	w := &p.WAL
 	w.FirstIndex, w.LastIndex = lay.FirstIndex, lay.LastIndex
 	w.Segments, w.Bytes = len(lay.Segments), lay.Bytes
@@ -209,7 +241,7 @@ func planRead(ctx context.Context, dir string, opts PlanOptions, raced *bool) (*
 		p.Refusal = p.FormatProblem
 		return p, nil, nil
 	}
-	if fi, err := os.Stat(filepath.Join(p.walDir, wal.LockFileName)); err == nil && !fi.Mode().IsRegular() {
+	if fi, err := os.Stat(filepath.Join(walDir, wal.LockFileName)); err == nil && !fi.Mode().IsRegular() {
 		// A restart opens the lock file first, and could not.
 		p.Refusal = fmt.Sprintf("the WAL's lock file %s is %s, not a regular file: the lock cannot be taken",
 			filepath.Join(WALDirName, wal.LockFileName), smallfile.Kind(fi.Mode()))
@@ -270,16 +302,49 @@ func planRead(ctx context.Context, dir string, opts PlanOptions, raced *bool) (*
 		for _, d := range lay.Damage {
 			if d.Index >= from && d.Index <= last {
 				// With the repair a restart's refusal names.
-				ee := &wal.EntryError{Dir: p.walDir, Segment: d.Segment, Offset: d.Offset, Entry: d.Index, Err: d.Err()}
+				ee := &wal.EntryError{Dir: walDir, Segment: d.Segment, Offset: d.Offset, Entry: d.Index, Err: d.Err()}
 				p.Refusal = "replay would fail: " + DamageRefusal(ctx, dir, ee)
 				return p, nil, nil
 			}
 		}
 	}
+	if p.Format >= minFormatVersion && p.Format < FormatVersion {
+		p.FormatUpgrade = FormatVersion // Open's last step, once recovered
+	}
 	if opts.Load && ix == nil {
 		ix = engine.New()
 	}
 	return p, ix, nil
+}
+
+// writeProblem says why this process could not write what a restart of the
+// data directory dir, of format version (0: none yet), writes first ("":
+// nothing found): the WAL's lock file (opened read-write, created when
+// missing), wal/ (created when missing, with the data directory), its
+// segments, and the FORMAT file a new or older-format directory gets
+// (written beside it, in dir).
+func writeProblem(dir string, version int) string {
+	walDir := filepath.Join(dir, WALDirName)
+	var paths []string
+	if _, err := os.Stat(walDir); errors.Is(err, fs.ErrNotExist) {
+		paths = append(paths, dir) // Open creates wal/ in it
+	} else {
+		paths = append(paths, walDir)
+		lock := filepath.Join(walDir, wal.LockFileName)
+		if fi, err := os.Stat(lock); err == nil && fi.Mode().IsRegular() {
+			paths = append(paths, lock)
+		}
+	}
+	if version < FormatVersion && !slices.Contains(paths, dir) {
+		paths = append(paths, dir) // Open writes FORMAT
+	}
+	for _, path := range paths {
+		if err := unix.Access(path, unix.W_OK); err != nil {
+			return fmt.Sprintf("%s is not writable by this process (uid %d): %v: a restart by this user would fail at once (the WAL's lock file is opened for writing first)",
+				path, os.Getuid(), err)
+		}
+	}
+	return ""
 }
 
 // checkCandidate checks the snapshot f for Plan: loads it (returning its
@@ -313,18 +378,20 @@ func checkCandidate(ctx context.Context, f snapshot.File, opts PlanOptions) (sna
 	return r.Meta(), nil, r.VerifyWith(ctx, step)
 }
 
-// Replay applies the plan's WAL entries (ReplayFrom..ReplayTo) to ix,
-// reading the WAL read-only, as a restart would replay them, and returns
+// Replay applies the plan's WAL entries (ReplayFrom..ReplayTo) of the data
+// directory dataDir (the one planned: a plan holds no path, and one decoded
+// from JSON works as well) to ix, reading the WAL read-only, as a restart
+// would replay them, and returns
 // how many events it applied and how many of them the index rejected.
 // progress, when set, is called after each entry. On a running server's
 // directory the WAL's front can be truncated since the plan was made: the
 // error then matches wal.ErrTruncated, and a new plan (see [PlanAttempts])
 // tells what to replay.
-func (p *RecoveryPlan) Replay(ix *engine.Index, progress func()) (events, rejected uint64, err error) {
+func (p *RecoveryPlan) Replay(dataDir string, ix *engine.Index, progress func()) (events, rejected uint64, err error) {
 	if p.ReplayEntries == 0 {
 		return 0, 0, nil
 	}
-	_, err = wal.Scan(p.walDir, p.ReplayFrom, p.ReplayTo, func(e wal.Entry) error {
+	_, err = wal.Scan(filepath.Join(dataDir, WALDirName), p.ReplayFrom, p.ReplayTo, func(e wal.Entry) error {
 		for i := range e.Events {
 			events++
 			if ix.Apply(&e.Events[i]) != nil {

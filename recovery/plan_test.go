@@ -3,7 +3,9 @@ package recovery
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/kvidx/kvidx/engine"
+	"github.com/kvidx/kvidx/internal/rotest"
 	"github.com/kvidx/kvidx/internal/snaptest"
 	"github.com/kvidx/kvidx/snapshot"
 	"github.com/kvidx/kvidx/wal"
@@ -40,8 +43,14 @@ func TestPlanTable(t *testing.T) {
 		skipped int
 		temps   []string
 		refusal string // a part of it; "": none
+		upgrade int    // the plan's FormatUpgrade, and FORMAT's version after Open
 	}{
 		{name: "whole", shape: func(*testing.T, string, func(uint64) string) {}, used: 20, from: 21},
+		{name: "format 1", shape: func(t *testing.T, dir string, _ func(uint64) string) {
+			if err := os.WriteFile(filepath.Join(dir, FormatFileName), []byte("kvidx-data 1\n"), 0o640); err != nil {
+				t.Fatal(err)
+			}
+		}, used: 20, from: 21, upgrade: FormatVersion},
 		{name: "newest damaged", shape: func(t *testing.T, _ string, snap func(uint64) string) {
 			if err := os.Truncate(snap(20), 100); err != nil {
 				t.Fatal(err)
@@ -112,8 +121,16 @@ func TestPlanTable(t *testing.T) {
 				}
 				plans[load] = p
 				if ix != nil {
+					// A plan read back from kvidx's JSON replays as well:
+					// Replay is given the directory, which JSON lacks.
+					var decoded RecoveryPlan
+					if b, err := json.Marshal(p); err != nil {
+						t.Fatal(err)
+					} else if err := json.Unmarshal(b, &decoded); err != nil {
+						t.Fatal(err)
+					}
 					entries := uint64(0)
-					if _, _, err := p.Replay(ix, func() { entries++ }); err != nil {
+					if _, _, err := decoded.Replay(dir, ix, func() { entries++ }); err != nil {
 						t.Fatalf("Replay: %v", err)
 					}
 					if entries != p.ReplayEntries {
@@ -132,11 +149,17 @@ func TestPlanTable(t *testing.T) {
 				if err := s.Close(); err != nil {
 					t.Fatal(err)
 				}
+				if v, err := CheckFormat(dir); tt.upgrade != 0 && (err != nil || v != tt.upgrade) {
+					t.Errorf("FORMAT after Open: version %d, error %v; want version %d", v, err, tt.upgrade)
+				}
 				if rep.SnapshotUsed.Index != tt.used || rep.ReplayedEntries != 40-tt.from+1 || len(rep.SnapshotsSkipped) != tt.skipped {
 					t.Errorf("Open: %+v, want snapshot %d, replay from %d, %d skipped", rep, tt.used, tt.from, tt.skipped)
 				}
 			}
 			for load, p := range plans {
+				if p.WriteProblem != "" || p.FormatUpgrade != tt.upgrade {
+					t.Errorf("load=%v: write problem %q, format upgrade %d; want none, %d", load, p.WriteProblem, p.FormatUpgrade, tt.upgrade)
+				}
 				if tt.refusal != "" {
 					if !strings.Contains(p.Refusal, tt.refusal) {
 						t.Errorf("load=%v: refusal %q, want one naming %q", load, p.Refusal, tt.refusal)
@@ -187,9 +210,59 @@ func TestPlanErrorsTable(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			for _, load := range []bool{false, true} {
 				p, ix, err := Plan(context.Background(), tt.dir, PlanOptions{Load: load})
-				if err == nil || err.Error() != tt.want || errors.Is(err, ErrNoDataDir) != tt.noDir || p != nil || ix != nil {
-					t.Errorf("load=%v: plan %v, index %v, error %v; want error %q (ErrNoDataDir: %v)", load, p, ix, err, tt.want, tt.noDir)
+				if err == nil || err.Error() != tt.want || errors.Is(err, ErrNoDataDir) != tt.noDir || errors.Is(err, fs.ErrNotExist) != tt.noDir || p != nil || ix != nil {
+					t.Errorf("load=%v: plan %v, index %v, error %v; want error %q (ErrNoDataDir and fs.ErrNotExist: %v)", load, p, ix, err, tt.want, tt.noDir)
 				}
+			}
+			err := CheckDataDir(tt.dir)
+			if err == nil || err.Error() != tt.want || errors.Is(err, ErrNoDataDir) != tt.noDir || errors.Is(err, fs.ErrNotExist) != tt.noDir {
+				t.Errorf("CheckDataDir: error %v; want %q (ErrNoDataDir and fs.ErrNotExist: %v)", err, tt.want, tt.noDir)
+			}
+		})
+	}
+}
+
+// A data directory this process cannot write where a restart must (a
+// read-only mount; see rotest.ReadOnly) makes a restart fail at once, at the
+// WAL's lock file, whatever the data: the plan says so, naming the path,
+// where it predicted a clean restart; and it is no refusal of the data.
+func TestPlanNotWritableTable(t *testing.T) {
+	tests := []struct {
+		name     string
+		readOnly string // the path made read-only, under the data directory ("": itself)
+		named    string // the path the plan names, likewise
+		existing bool   // a data directory with data; else an empty new one
+	}{
+		{"data directory", "", WALDirName, true},
+		{"wal", WALDirName, WALDirName, true},
+		{"lock file", filepath.Join(WALDirName, wal.LockFileName), filepath.Join(WALDirName, wal.LockFileName), true},
+		{"new directory", "", "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			dir := t.TempDir()
+			if tt.existing {
+				planDir(t, dir)
+			}
+			ro := filepath.Join(dir, tt.readOnly)
+			rotest.ReadOnly(t, ro)
+			named := filepath.Join(dir, tt.named)
+			for _, load := range []bool{false, true} {
+				p, _, err := Plan(ctx, dir, PlanOptions{Load: load})
+				if err != nil {
+					t.Fatalf("Plan(load=%v): %v", load, err)
+				}
+				if !strings.HasPrefix(p.WriteProblem, named+" is not writable") || p.Refusal != "" {
+					t.Errorf("load=%v: write problem %q, refusal %q; want %s named not writable, no refusal", load, p.WriteProblem, p.Refusal, named)
+				}
+				if tt.existing && (p.SnapshotUsed == nil || p.SnapshotUsed.Index != 20 || p.ReplayEntries != 20) {
+					t.Errorf("load=%v: snapshot %+v, %d entries to replay; want what the data makes of a restart", load, p.SnapshotUsed, p.ReplayEntries)
+				}
+			}
+			if s, err := Open(ctx, dir, testOptions()); err == nil {
+				s.Close()
+				t.Fatalf("Open of a directory with %s read-only succeeded", ro)
 			}
 		})
 	}

@@ -277,7 +277,7 @@ func summarizeDataDir(ctx context.Context, cmd *cobra.Command, dir string) (*sum
 			fmt.Fprintf(cmd.ErrOrStderr(), "kvidx inspect: %s holds no kvidx data (no %s file, WAL or snapshot): a server would start a new index there\n", dir, recovery.FormatFileName)
 		}
 		prog := newBar(cmd.ErrOrStderr(), int64(p.ReplayEntries), "replaying WAL", false)
-		events, _, err = p.Replay(ix, func() { prog.add(1) })
+		events, _, err = p.Replay(dir, ix, func() { prog.add(1) })
 		prog.done()
 		if err == nil {
 			break
@@ -326,6 +326,12 @@ func writeSummaryText(w io.Writer, s *summary) error {
 		row("wal torn bytes", p.WAL.TornBytes)
 		for _, sk := range p.Skipped {
 			row("snapshot skipped", sk.File+": "+sk.Reason)
+		}
+		if p.FormatUpgrade != 0 {
+			row("format upgrade", formatUpgradeText(p))
+		}
+		if p.WriteProblem != "" {
+			row("restart would FAIL", p.WriteProblem)
 		}
 	}
 	if m := s.Snapshot; m != nil {

@@ -34,8 +34,11 @@ back to them), the WAL entries it would replay, the temporary files of
 interrupted snapshot writes it would delete, or why it would refuse to start.
 The rules are recovery's: the newest snapshot that verifies and that the WAL
 reaches back to (WAL first index <= snapshot index + 1, and no gap after it),
-else a full replay from index 1. The exit status is 1 when a restart would
-refuse.
+else a full replay from index 1. It also says when a restart upgrades an older
+format (after which older kvidx builds refuse the directory), and when this
+user cannot write the directory where a restart must (a read-only mount, wal/
+or its lock file of another owner: a restart by this user fails at once). The
+exit status is 1 when a restart would refuse, or fail for that.
 
 Without --dry-run, recover opens DIR as the server does (taking its lock: it
 fails if a server runs on it; DIR must be an existing data directory, holding
@@ -74,6 +77,9 @@ one (offline compaction), then closes and prints the recovery report.`,
 				}
 				if p.Refusal != "" {
 					return &exitError{code: 1, err: fmt.Errorf("recover: a restart of %s would refuse to start: %s", dataDir, p.Refusal)}
+				}
+				if p.WriteProblem != "" {
+					return &exitError{code: 1, err: fmt.Errorf("recover: a restart of %s by this user would fail: %s", dataDir, p.WriteProblem)}
 				}
 				return nil
 			}
@@ -170,6 +176,12 @@ func writePlanText(w io.Writer, p *recovery.RecoveryPlan) error {
 	default:
 		row("format", p.Format)
 	}
+	if p.FormatUpgrade != 0 {
+		row("format upgrade", formatUpgradeText(p))
+	}
+	if p.WriteProblem != "" {
+		row("not writable", p.WriteProblem)
+	}
 	row("wal", fmt.Sprintf("%s, %d segments, %d bytes", walRangeText(p.WAL.FirstIndex, p.WAL.LastIndex), p.WAL.Segments, p.WAL.Bytes))
 	if p.WAL.TornBytes > 0 {
 		row("torn tail", fmt.Sprintf("%d bytes at offset %d of %s would be cut", p.WAL.TornBytes, p.WAL.TornOffset, p.WAL.TornSegment))
@@ -204,10 +216,20 @@ func writePlanText(w io.Writer, p *recovery.RecoveryPlan) error {
 		}
 		row("entries to replay", rangeText(p.ReplayFrom, p.ReplayTo, p.ReplayEntries))
 	}
-	if p.Refusal != "" {
+	switch {
+	case p.Refusal != "":
 		row("outcome", "REFUSE to start: "+p.Refusal)
-	} else {
+	case p.WriteProblem != "":
+		row("outcome", "FAIL to start (as this user): the data directory is not writable (above)")
+	default:
 		row("outcome", "a restart would recover")
 	}
 	return bw.Flush()
+}
+
+// formatUpgradeText is the plan's FormatUpgrade for the operator: what a
+// restart changes, and what older kvidx builds then do.
+func formatUpgradeText(p *recovery.RecoveryPlan) string {
+	return fmt.Sprintf("a restart upgrades the data directory from format %d to %d, which a kvidx that reads only format %d (built before format %d) then refuses",
+		p.Format, p.FormatUpgrade, p.Format, p.FormatUpgrade)
 }

@@ -8,11 +8,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/kvidx/kvidx/eventjson"
+	"github.com/kvidx/kvidx/internal/rotest"
 	"github.com/kvidx/kvidx/recovery"
 	"github.com/kvidx/kvidx/snapshot"
 )
@@ -466,5 +468,47 @@ func TestFramingBreakCutStopsBeforeBadEntry(t *testing.T) {
 	}
 	if out, _, err := runKvidx(t, "", "recover", "--data-dir", dir, "--dry-run"); err != nil {
 		t.Fatalf("dry run after the cut: %v\n%s", err, out)
+	}
+}
+
+// A data directory this user cannot write (a read-only mount) makes a
+// restart fail at once, at the WAL's lock file, as the offline recover
+// shows: recover --dry-run, which predicted a clean restart, says so and
+// exits 1; inspect, read-only, still summarizes the data and says it too.
+func TestDryRunNotWritableTable(t *testing.T) {
+	dir := t.TempDir()
+	copyTree(t, fixtureDir, dir)
+	rotest.ReadOnly(t, dir)
+	walDir := filepath.Join(dir, recovery.WALDirName)
+	tests := []struct {
+		name     string
+		args     []string
+		exit1    bool   // exit status 1, else success
+		want     string // in stdout, or in the error with exit1
+		wantLine string // a line of stdout ("": none checked)
+	}{
+		{"recover", []string{"recover", "--data-dir", dir}, true, "open lock file", ""},
+		{"dry run", []string{"recover", "--data-dir", dir, "--dry-run"}, true, "by this user would fail: " + walDir + " is not writable",
+			"outcome                FAIL to start (as this user): the data directory is not writable (above)"},
+		{"dry run json", []string{"recover", "--data-dir", dir, "--dry-run", "--json"}, true, walDir + " is not writable", `  "write_problem": "` + walDir + ` is not writable`},
+		{"inspect", []string{"inspect", "summary", dir}, false, "restart would FAIL       " + walDir + " is not writable", "holder blocks            29"},
+		{"inspect json", []string{"inspect", "summary", dir, "--json"}, false, `"write_problem": "` + walDir + ` is not writable`, `  "holder_blocks": 29,`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, stderr, err := runKvidx(t, "", tt.args...)
+			var ee *exitError
+			switch {
+			case tt.exit1 && tt.name != "recover" && (err == nil || !asExit(err, &ee) || ee.code != 1):
+				t.Fatalf("error %v, want exit status 1\n%s", err, out)
+			case tt.exit1 && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Fatalf("error %v, want one with %q\n%s", err, tt.want, out)
+			case !tt.exit1 && (err != nil || !strings.Contains(out, tt.want)):
+				t.Fatalf("error %v, stdout %s; want %q in it\nstderr: %s", err, out, tt.want, stderr)
+			}
+			if tt.wantLine != "" && !slices.ContainsFunc(strings.Split(out, "\n"), func(l string) bool { return strings.HasPrefix(l, tt.wantLine) }) {
+				t.Errorf("stdout %s; want a line starting %q", out, tt.wantLine)
+			}
+		})
 	}
 }

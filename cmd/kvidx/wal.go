@@ -123,7 +123,7 @@ of a newer format than this kvidx reads (its FORMAT file; refused).`,
 			// this one may misread as damage) is not cut: a restart
 			// refuses it too. A log without FORMAT (wal/ alone) is
 			// repaired as before.
-			if v, err := recovery.CheckFormat(args[0]); v > recovery.FormatVersion {
+			if err := newerFormat(args[0]); err != nil {
 				return fmt.Errorf("wal repair: %w; nothing was changed", err)
 			}
 			if backup == "" {

@@ -535,8 +535,10 @@ func TestTruncateAfterPastLogEnd(t *testing.T) {
 // A data directory of a newer format (a later kvidx's, whose log this one
 // may misread as damage) is refused by every repair, as a restart refuses
 // it, and left as it was: the repair cut it, a copy kept, where recovery
-// would not even open it.
-func TestWALRepairRefusesNewerFormat(t *testing.T) {
+// would not even open it. wal stat and wal dump refuse it with the same
+// message, printing nothing of a log they may misread (they read it as
+// this kvidx's format).
+func TestWALCommandsRefuseNewerFormat(t *testing.T) {
 	data := t.TempDir()
 	buildSegmentedDir(t, data, 2)
 	if err := os.WriteFile(filepath.Join(data, recovery.FormatFileName), fmt.Appendf(nil, "kvidx-data %d\n", recovery.FormatVersion+1), 0o640); err != nil {
@@ -544,14 +546,24 @@ func TestWALRepairRefusesNewerFormat(t *testing.T) {
 	}
 	before := hashTree(t, data)
 	for _, args := range [][]string{
-		{"--truncate-after", "30"},
-		{"--truncate-before", "42"},
-		{"--trim-stray"},
+		{"repair", data, "--yes", "--truncate-after", "30"},
+		{"repair", data, "--yes", "--truncate-before", "42"},
+		{"repair", data, "--yes", "--trim-stray"},
+		{"stat", data},
+		{"stat", data, "--json"},
+		{"dump", data},
+		{"dump", data, "--from", "30", "--to", "40"},
 	} {
-		t.Run(args[0], func(t *testing.T) {
-			_, _, err := runKvidx(t, "", append([]string{"wal", "repair", data, "--yes"}, args...)...)
+		t.Run(strings.Join(slices.DeleteFunc(slices.Clone(args), func(a string) bool { return a == data }), " "), func(t *testing.T) {
+			out, _, err := runKvidx(t, "", append([]string{"wal"}, args...)...)
 			if err == nil || !strings.Contains(err.Error(), "is newer than this kvidx reads") || !errors.Is(err, recovery.ErrFormat) {
 				t.Fatalf("error %v, want the newer format refused", err)
+			}
+			if !strings.HasPrefix(err.Error(), "wal "+args[0]+": data dir "+data+": format version") {
+				t.Errorf("error %q, want the refusal of wal repair and of a restart, after %q", err, "wal "+args[0]+": ")
+			}
+			if out != "" && args[0] != "repair" {
+				t.Errorf("printed %q of a log it may misread", out)
 			}
 			if after := hashTree(t, data); !maps.Equal(after, before) {
 				t.Fatalf("the data directory changed: %v, was %v", after, before)

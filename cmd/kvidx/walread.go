@@ -29,7 +29,8 @@ the entry's index first:
 
 The replay decoder ignores "wal_index", so a dump pipes straight into
 kvidx replay --events -. Dump reads the segment files read-only (no lock, no
-repair): safe on a running server's directory. A torn tail (an entry being
+repair): safe on a running server's directory. A data directory of a newer
+format than this kvidx reads (its FORMAT file) is refused. A torn tail (an entry being
 written, or cut off by a crash) is not part of the log and is not printed; an
 entry damaged inside the log stops the dump with an error naming the segment
 file and byte offset.`,
@@ -45,6 +46,9 @@ file and byte offset.`,
 			}
 			dir, err := walDirOf(args[0])
 			if err != nil {
+				return fmt.Errorf("wal dump: %w", err)
+			}
+			if err := newerFormat(args[0]); err != nil {
 				return fmt.Errorf("wal dump: %w", err)
 			}
 			out := bufio.NewWriterSize(cmd.OutOrStdout(), 64<<10)
@@ -165,6 +169,19 @@ func walDirOf(dataDir string) (string, error) {
 	return dir, nil
 }
 
+// newerFormat is recovery.CheckFormat's error when dataDir's FORMAT file
+// names a newer format than this kvidx reads (nil otherwise): the wal
+// commands refuse such a directory, as a restart does, since this kvidx may
+// misread a later kvidx's log (take its entries for damage or a torn tail).
+// A directory without FORMAT (wal/ alone) or with a damaged one is read as
+// before.
+func newerFormat(dataDir string) error {
+	if v, err := recovery.CheckFormat(dataDir); v > recovery.FormatVersion {
+		return err
+	}
+	return nil
+}
+
 // walStat is `kvidx wal stat`'s report.
 type walStat struct {
 	FirstIndex       uint64            `json:"first_index"`
@@ -193,7 +210,8 @@ func newWALStatCmd() *cobra.Command {
 		Use:   "stat DATA_DIR [--json]",
 		Short: "Report the WAL's range, segments, size, compression and torn tail",
 		Long: `Stat walks every segment file of DATA_DIR/wal read-only (no lock, no repair:
-safe on a running server's directory), checking each entry's frame (version
+safe on a running server's directory; a data directory of a newer format than
+this kvidx reads, by its FORMAT file, is refused), checking each entry's frame (version
 and CRC-32C), and reports the first and last index, the number of entries the log could
 read (fewer than the range holds when entries are missing or damaged), every
 segment file with its whole entries and size, the total bytes, the compression ratio (decoded
@@ -215,6 +233,9 @@ them stops at: 0 means every entry in the range is readable.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dir, err := walDirOf(args[0])
 			if err != nil {
+				return fmt.Errorf("wal stat: %w", err)
+			}
+			if err := newerFormat(args[0]); err != nil {
 				return fmt.Errorf("wal stat: %w", err)
 			}
 			lay, err := wal.Inspect(dir)

@@ -1,0 +1,61 @@
+package rotest
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// ReadOnly makes path (a file or a directory, with everything under it)
+// read-only for this process until the test ends. As root it bind-mounts
+// path read-only on itself (writes then fail with EROFS; the test fails
+// when the mount does, since mode bits would not stop root); otherwise it
+// clears the write bits of path and of everything under it (EACCES), and
+// puts them back at cleanup, so that t.TempDir can be removed.
+func ReadOnly(t testing.TB, path string) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		if err := unix.Mount(path, path, "", unix.MS_BIND, ""); err != nil {
+			t.Fatalf("bind mount %s on itself (root is not stopped by mode bits, so a read-only mount is the only way): %v", path, err)
+		}
+		t.Cleanup(func() {
+			if err := unix.Unmount(path, 0); err != nil {
+				t.Errorf("unmount %s: %v", path, err)
+			}
+		})
+		if err := unix.Mount(path, path, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+			t.Fatalf("remount %s read-only: %v", path, err)
+		}
+		return
+	}
+	modes := map[string]fs.FileMode{}
+	err := filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		modes[p] = fi.Mode().Perm()
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("read-only %s: %v", path, err)
+	}
+	t.Cleanup(func() {
+		for p, m := range modes {
+			if err := os.Chmod(p, m); err != nil {
+				t.Errorf("restore the mode of %s: %v", p, err)
+			}
+		}
+	})
+	for p, m := range modes {
+		if err := os.Chmod(p, m&^0o222); err != nil {
+			t.Fatalf("read-only %s: %v", p, err)
+		}
+	}
+}
