@@ -28,7 +28,8 @@
 //     from a WAL that recorded no rank removes the worker id).
 //   - A restart of kvidx that gives an endpoint another worker id clears
 //     what the endpoint fed the old id ([ReconcileZMQ], before any source
-//     applies anything); the new id starts from nothing.
+//     applies anything; the old id goes whole when the WAL recorded no
+//     rank); the new id starts from nothing.
 //   - Bad input never stops a source: each kind is counted per reason
 //     ([SourceStats].Errors) and logged at most once per interval, and a
 //     batch that does not decode clears the worker.

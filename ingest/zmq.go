@@ -223,12 +223,16 @@ type ZMQSource struct {
 	have         bool
 	ranks        map[uint32]struct{} // DP ranks seen, at most maxDPRanks
 	// ranksUnknown: the store records a position of this source but no DP
-	// rank, as a WAL written by a kvidx before it recorded ranks does (every
+	// rank and no ranksMark, as a WAL written by a kvidx before it recorded ranks does (every
 	// batch applied since records its rank): the ranks whose blocks the
 	// source holds are unknown, so the next clear removes the worker id,
 	// as that kvidx did, and no rank is recorded before it (a restart
 	// before that clear must still find the ranks unknown).
 	ranksUnknown bool
+	// markRanks: that clear was made, and the store is yet to record that
+	// the ranks are known (a ranksMark position, written with the next
+	// append).
+	markRanks bool
 	// zeroSum is a hash of the batch 0 applied last, when this process
 	// applied it (haveZero): an engine that restarts before its batch 1
 	// sends a batch 0 again, which only its payload (its timestamp at
@@ -347,6 +351,15 @@ const workerMark = "#worker"
 // sets it back to 0.
 const resetMark = "#reset"
 
+// ranksMark names the position ("zmq:<endpoint>#ranks", 1) recording
+// that the endpoint's "#dp" positions are all the ranks it fed, none
+// included: the clear that ends ranksUnknown (and a Reconcile) writes it,
+// or the WAL of a source with a position but no rank after that clear (an
+// undecodable batch, a replay-told restart, a changed worker id) was read
+// as ranks unknown again, and the next clear removed the worker id, whose
+// other ranks other endpoints may feed.
+const ranksMark = "#ranks"
+
 // rankOf returns the DP rank a position name of this source's records.
 func (s *ZMQSource) rankOf(source string) (uint32, bool) {
 	rest, ok := strings.CutPrefix(source, s.name+rankMark)
@@ -385,6 +398,7 @@ func (s *ZMQSource) Stats() SourceStats {
 // a "#reset" of 1 voids the sequence (see [ZMQSource.Reconcile]).
 func (s *ZMQSource) restore() {
 	_, positions := s.store.Applied()
+	ranksKnown := false
 	for _, p := range positions {
 		switch p.Source {
 		case s.name:
@@ -398,6 +412,8 @@ func (s *ZMQSource) restore() {
 			s.worker, s.haveWorker = p.Seq, true
 		case s.name + resetMark:
 			s.reset = p.Seq != 0
+		case s.name + ranksMark:
+			ranksKnown = p.Seq != 0
 		}
 		if r, ok := s.rankOf(p.Source); ok && p.Seq != 0 && len(s.ranks) < maxDPRanks {
 			s.ranks[r] = struct{}{}
@@ -406,7 +422,7 @@ func (s *ZMQSource) restore() {
 	if s.reset {
 		s.have, s.last = false, 0
 	}
-	s.ranksUnknown = s.have && len(s.ranks) == 0
+	s.ranksUnknown = s.have && len(s.ranks) == 0 && !ranksKnown
 	s.mu.Lock()
 	s.stats.HasSeq, s.stats.LastSeq = s.have, s.last
 	s.mu.Unlock()
@@ -1106,10 +1122,15 @@ func (s *ZMQSource) restartedBelow(ctx context.Context) error {
 	if len(events) == 0 {
 		return nil
 	}
+	var positions []wal.Position
+	if s.markRanks {
+		positions = append(positions, wal.Position{Source: s.name + ranksMark, Seq: 1})
+	}
 	backoff := s.opts.MinBackoff
 	for {
-		_, _, err := s.store.Append(ctx, events, nil)
+		_, _, err := s.store.Append(ctx, events, positions)
 		if err == nil {
+			s.markRanks = false
 			// The worker is empty: the new engine's first batch needs
 			// no clear of its own (it counted a second one).
 			s.pendingClear = false
@@ -1141,7 +1162,7 @@ func (s *ZMQSource) restartedBelow(ctx context.Context) error {
 // batches that follow are recorded again.
 func (s *ZMQSource) clearEvents(rank *uint32) []engine.Event {
 	if s.ranksUnknown {
-		s.ranksUnknown = false
+		s.ranksUnknown, s.markRanks = false, true
 		clear(s.ranks)
 		return []engine.Event{{Worker: engine.WorkerKey{WorkerID: s.spec.WorkerID}, Kind: engine.KindWorkerRemoved}}
 	}
@@ -1181,6 +1202,9 @@ func (s *ZMQSource) append(ctx context.Context, events []engine.Event, seq, ts u
 	if s.reset {
 		positions = append(positions, wal.Position{Source: s.name + resetMark, Seq: 0})
 	}
+	if s.markRanks {
+		positions = append(positions, wal.Position{Source: s.name + ranksMark, Seq: 1})
+	}
 	backoff := s.opts.MinBackoff
 	for {
 		_, results, err := s.store.Append(ctx, events, positions)
@@ -1192,7 +1216,7 @@ func (s *ZMQSource) append(ctx context.Context, events []engine.Event, seq, ts u
 				}
 			}
 			s.last, s.have, s.lastTS = seq, true, newTS
-			s.worker, s.haveWorker, s.reset = s.spec.WorkerID, true, false
+			s.worker, s.haveWorker, s.reset, s.markRanks = s.spec.WorkerID, true, false, false
 			if cleared {
 				s.pendingClear = false
 			}

@@ -29,7 +29,9 @@ func ReconcileZMQ(ctx context.Context, srcs ...*ZMQSource) error {
 // id the WAL records for the endpoint ("zmq:<endpoint>#worker") is not the
 // configured one, forgets what the endpoint fed the old id: one atomic
 // Append holds a Cleared event for each DP rank of the old id the endpoint
-// fed (its "#dp" positions), the new id, those ranks forgotten, and the
+// fed (its "#dp" positions; a WorkerRemoved of the old id when those are
+// unknown, as after an upgrade from a WAL that recorded none, see
+// ranksUnknown), the new id, those ranks forgotten, and the
 // endpoint's sequence, ts and groups reset, so that the new id starts from
 // nothing, as after an engine restart (with a replay endpoint the source
 // asks from 0, else it takes the live stream). A WAL without the id
@@ -55,15 +57,22 @@ func (s *ZMQSource) Reconcile(ctx context.Context) error {
 	slices.Sort(ranks)
 	ranks = slices.Compact(ranks)
 	events := make([]engine.Event, len(ranks))
-	reset := make([]wal.Position, 0, len(ranks)+4)
+	reset := make([]wal.Position, 0, len(ranks)+5)
 	reset = append(reset,
 		wal.Position{Source: s.name + workerMark, Seq: s.spec.WorkerID},
 		wal.Position{Source: s.name + resetMark, Seq: 1},
 		wal.Position{Source: s.name + tsMark, Seq: 0},
-		wal.Position{Source: s.name + groupsMark, Seq: 0})
+		wal.Position{Source: s.name + groupsMark, Seq: 0},
+		wal.Position{Source: s.name + ranksMark, Seq: 1})
 	for i, r := range ranks {
 		events[i] = engine.Event{Worker: engine.WorkerKey{WorkerID: old, DPRank: r}, Kind: engine.KindCleared}
 		reset = append(reset, wal.Position{Source: s.rankPosition(r).Source, Seq: 0})
+	}
+	if s.ranksUnknown {
+		// The ranks the endpoint fed the old id are unknown (a WAL from
+		// before ranks were recorded): the old id goes, as a clear
+		// removes it then.
+		events = []engine.Event{{Worker: engine.WorkerKey{WorkerID: old}, Kind: engine.KindWorkerRemoved}}
 	}
 	backoff := s.opts.MinBackoff
 	for {
@@ -78,7 +87,7 @@ func (s *ZMQSource) Reconcile(ctx context.Context) error {
 		sleepCtx(ctx, backoff)
 		backoff = min(2*backoff, s.opts.MaxBackoff)
 	}
-	s.worker, s.reset = s.spec.WorkerID, true
+	s.worker, s.reset, s.ranksUnknown = s.spec.WorkerID, true, false
 	s.have, s.last, s.lastTS, s.groups = false, 0, 0, 0
 	s.dec.SetPartialGroups(0)
 	clear(s.ranks)

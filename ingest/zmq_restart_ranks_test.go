@@ -147,3 +147,93 @@ func TestZMQClearAfterUpgradeFromWALWithoutRanks(t *testing.T) {
 		})
 	}
 }
+
+// After an upgrade from a WAL that recorded no DP rank, the clear that
+// removes the worker id leaves the source's ranks known (none), and so
+// does a restart of kvidx that gives the endpoint another worker id: a
+// later clear, also after another restart of kvidx, forgets this source's
+// ranks only, never the blocks another endpoint fed the same worker id
+// since (the WAL without a "#dp" position after such a clear read as ranks
+// unknown again, and the next clear removed the worker id; a Reconcile
+// cleared nothing of the old id and left the new id's ranks unknown).
+func TestZMQUpgradeClearLeavesRanksKnown(t *testing.T) {
+	cases := []struct {
+		name string
+		// first is what the upgraded kvidx does with A's source (worker
+		// 7 before, worker in after), given A's engine.
+		first  func(t *testing.T, ctx context.Context, e *fakeEngine, st *indexStore)
+		worker uint64
+	}{
+		{"undecodable batch", func(t *testing.T, ctx context.Context, e *fakeEngine, st *indexStore) {
+			src := NewZMQSource(ZMQSpec{Endpoint: e.pubEP, WorkerID: 7}, st, testOptions())
+			stop := runUntilCancelled(t, ctx, src)
+			sendUntil(t, e, 1, []byte{0xc1}, "the undecodable batch", func() bool { return src.Stats().Errors[ReasonDecode] > 0 })
+			waitFor(t, "the clear applied", func() bool { return src.Stats().Clears > 0 })
+			stop()
+		}, 7},
+		{"worker id changed", func(t *testing.T, ctx context.Context, e *fakeEngine, st *indexStore) {
+			// The upgraded kvidx applies a batch (recording the worker
+			// id, no rank), then restarts with another worker id.
+			src := NewZMQSource(ZMQSpec{Endpoint: e.pubEP, WorkerID: 7}, st, testOptions())
+			stop := runUntilCancelled(t, ctx, src)
+			sendUntil(t, e, 1, storedOnRank(1, 200, 20), "batch 1", func() bool { return src.Stats().LastSeq == 1 })
+			stop()
+			src = NewZMQSource(ZMQSpec{Endpoint: e.pubEP, WorkerID: 8}, st, testOptions())
+			if err := ReconcileZMQ(ctx, src); err != nil {
+				t.Fatal(err)
+			}
+			for _, tok := range []int{10, 20} {
+				if got := st.ix.Match(local(tokens(2, tok), 2, ""), nil); len(got) != 0 {
+					t.Fatalf("after the worker id changed, the old id's block (tokens from %d) is still matched: %v", tok, got)
+				}
+			}
+		}, 8},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
+			a, b := newFakeEngine(t, ctx), newFakeEngine(t, ctx)
+			st := &indexStore{ix: engine.New()}
+			// The WAL of the older kvidx: A fed worker 7, no rank recorded.
+			src := NewZMQSource(ZMQSpec{Endpoint: a.pubEP, WorkerID: 7}, st, testOptions())
+			stop := runUntilCancelled(t, ctx, src)
+			sendUntil(t, a, 0, storedOnRank(0, 100, 10), "batch 0", func() bool { return src.Stats().HasSeq })
+			stop()
+			st.pos = slices.DeleteFunc(st.pos, func(p wal.Position) bool { return p.Source != SourceName(a.pubEP) })
+
+			tc.first(t, ctx, a, st)
+
+			// B feeds rank 1 of A's worker id.
+			srcB := NewZMQSource(ZMQSpec{Endpoint: b.pubEP, WorkerID: tc.worker}, st, testOptions())
+			stop = runUntilCancelled(t, ctx, srcB)
+			sendUntil(t, b, 0, storedOnRank(1, 500, 50), "B's batch 0", func() bool { return srcB.Stats().HasSeq })
+			stop()
+			bBlock := local(tokens(2, 50), 2, "")
+			if got := st.ix.Match(bBlock, nil); len(got) != 1 {
+				t.Fatalf("B's block not stored: %v", got)
+			}
+
+			// kvidx restarts; A's engine restarts (sequence 0 again, after
+			// the sequence applied).
+			src = NewZMQSource(ZMQSpec{Endpoint: a.pubEP, WorkerID: tc.worker}, st, testOptions())
+			if err := ReconcileZMQ(ctx, src); err != nil {
+				t.Fatal(err)
+			}
+			stop = runUntilCancelled(t, ctx, src)
+			if tc.worker == 7 {
+				sendUntil(t, a, 0, storedOnRank(0, 300, 30), "the engine restart", func() bool { return src.Stats().Resets == 1 })
+			} else {
+				// After the id changed, A starts from nothing: batch 0,
+				// then a restart seen by its ts-less sequence 0 after 1.
+				sendUntil(t, a, 0, storedOnRank(0, 300, 30), "batch 0", func() bool { return src.Stats().HasSeq })
+				sendUntil(t, a, 1, storedOnRank(0, 301, 31), "batch 1", func() bool { return src.Stats().LastSeq == 1 })
+				sendUntil(t, a, 0, storedOnRank(0, 302, 32), "the engine restart", func() bool { return src.Stats().Resets == 1 })
+			}
+			waitFor(t, "the clear applied", func() bool { return src.Stats().LastSeq == 0 && src.Stats().Clears > 0 })
+			stop()
+			if got := st.ix.Match(bBlock, nil); len(got) != 1 {
+				t.Fatalf("A's clear removed the block B fed worker %d on rank 1: %v", tc.worker, got)
+			}
+		})
+	}
+}
