@@ -67,3 +67,66 @@ func hasNonTestSource(files []string) bool {
 	}
 	return false
 }
+
+// README's layout table names every package of the module (the root as
+// `.`, the internal ones too) and nothing that is not one: the root
+// package, which embeds the Mooncake trace, was missing from it.
+func TestREADMELayoutListsEveryPackage(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, layout, ok := strings.Cut(string(readme), "\n## Layout\n")
+	if !ok {
+		t.Fatal("README.md has no ## Layout section")
+	}
+	layout, _, _ = strings.Cut(layout, "\n## ")
+	listed := map[string]bool{}
+	for line := range strings.Lines(layout) {
+		cells := strings.Split(line, "|")
+		if len(cells) < 3 || !strings.Contains(cells[1], "`") {
+			continue
+		}
+		names := strings.Split(cells[1], "`")
+		for i := 1; i < len(names); i += 2 {
+			listed[names[i]] = true
+		}
+	}
+	packages := map[string]bool{}
+	err = filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			return nil
+		}
+		if name := d.Name(); path != "." && (name == "testdata" || strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_")) {
+			return filepath.SkipDir
+		}
+		sources, err := filepath.Glob(filepath.Join(path, "*.go"))
+		if err != nil {
+			return err
+		}
+		if hasNonTestSource(sources) {
+			packages[filepath.ToSlash(path)] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := range packages {
+		if !listed[p] {
+			t.Errorf("package %s is not in README's layout table", p)
+		}
+	}
+	for name := range listed {
+		if strings.HasSuffix(name, "/") {
+			if fi, err := os.Stat(name); err != nil || !fi.IsDir() {
+				t.Errorf("README's layout table lists %s, which is not a directory", name)
+			}
+		} else if !packages[name] {
+			t.Errorf("README's layout table lists %s, which is not a package", name)
+		}
+	}
+}

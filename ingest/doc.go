@@ -36,6 +36,11 @@
 //   - A dropped connection is redialled with backoff; a peer that declares
 //     a message over 64 MiB is disconnected before zmq4 allocates it.
 //
-// A known limit: a lost sequence 0 after an engine restart cannot be told
-// from duplicates, so the old engine's blocks stay until a later clear.
+// Known limits (see zmq.go): an engine whose batches carry no ts is seen to
+// restart only at a live sequence 0, so with that batch lost its later
+// batches are dropped as duplicates and the old engine's blocks stay until
+// a later clear; and a new engine whose first batch the source sees is the
+// one after the last applied (kvidx away without a replay endpoint, or a
+// reconnect that missed its earlier batches) passes for the old one
+// continuing.
 package ingest

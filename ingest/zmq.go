@@ -48,11 +48,18 @@ package ingest
 // next batch applied (with a replay endpoint the source asks from 0).
 //
 // A lost sequence 0 after an engine restart (the first batches published
-// before the SUB reconnected) cannot be told from duplicates: the source
-// drops batches until the engine's sequence passes the recorded one, then
-// applies the new engine's batches on top of the old engine's blocks,
-// which stay until a later restart, gap or undecodable batch clears the
-// worker (vLLM's events carry no engine identity to tell them apart).
+// before the SUB reconnected) is told by the ts of the new engine's next
+// batches, at or below the recorded sequence but made later (above). Batches
+// without a ts (or a recorded sequence without one) cannot be told from
+// duplicates: the source drops them until the engine's sequence passes the
+// recorded one, then applies the new engine's batches on top of the old
+// engine's blocks, which stay until a later restart, gap or undecodable
+// batch clears the worker (nothing else in vLLM's events tells two engines
+// apart). Nor, ts or not, can a new engine whose first batch the source sees
+// is the one after the recorded sequence: its batch is taken for the old
+// engine's next (one further on is a gap, which clears the worker). With a
+// ts recorded and a replay endpoint, a start of kvidx asks from the recorded
+// sequence itself, which tells such an engine too (its batch there is later).
 //
 // Bad input and connections.
 //

@@ -21,7 +21,7 @@
 // Entry points: [Open] recovers and returns the [Store]; [Store.Append],
 // [Store.Snapshot], [Store.Applied] and [Store.Close] run it. [Plan] finds,
 // read-only and without the lock, what Open would do with a directory
-// (kvidx recover --dry-run, kvidx inspect DATA_DIR), with Open's own
+// (kvidx recover --dry-run, kvidx inspect summary DATA_DIR), with Open's own
 // choices ([CheckFormat], [ChooseSnapshot]); [MoveAsideDamaged] and
 // [CoveringSnapshot] judge the snapshots against a cut of the WAL, for kvidx
 // wal repair (plan.go, cut.go).

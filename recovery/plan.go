@@ -6,9 +6,9 @@ package recovery
 // nothing: no lock, no repair, no temporary file removed, no snapshot moved
 // aside. It makes Open's choices with Open's functions ([CheckFormat],
 // [wal.Inspect], [ChooseSnapshot], [DamageRefusal]), so the two agree by
-// construction; kvidx recover --dry-run and kvidx inspect DATA_DIR print
-// its [RecoveryPlan]. [RecoveryPlan.Replay] applies the entries a restart
-// would replay to an index, reading the WAL read-only.
+// construction; kvidx recover --dry-run and kvidx inspect summary DATA_DIR
+// print its [RecoveryPlan]. [RecoveryPlan.Replay] applies the entries a
+// restart would replay to an index, reading the WAL read-only.
 //
 // The plan also says what the data makes no difference to but a restart
 // meets: a format 1 directory that a restart upgrades (after which a kvidx
@@ -42,8 +42,8 @@ import (
 // RecoveryPlan is what a restart of a data directory would do, found
 // read-only by [Plan]: it mirrors Open's choices, its snapshot the one
 // [ChooseSnapshot] picks as a restart's does. kvidx prints it as JSON (kvidx
-// recover --dry-run --json, kvidx inspect DATA_DIR --json): its field names
-// are part of that output.
+// recover --dry-run --json, and as "recovery" in kvidx inspect summary
+// DATA_DIR --json): its field names are part of that output.
 type RecoveryPlan struct {
 	// Format is the version the directory's FORMAT file holds (0: none).
 	Format int `json:"format"`
