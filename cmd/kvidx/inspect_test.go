@@ -28,7 +28,7 @@ import (
 //
 //	go test ./cmd/kvidx -run TestInspectGolden -update
 //
-// (see testdata/README.md). The fixture's snapshot creation times are in the
+// (see testdata/README-datadir-small.md). The fixture's snapshot creation times are in the
 // files, so the goldens change whenever the fixture is rebuilt.
 var update = flag.Bool("update", false, "rewrite the golden files of testdata/inspect")
 
