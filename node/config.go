@@ -37,7 +37,9 @@ type Config struct {
 	// past it is answered a plain-text 503 and closed. Default: the
 	// process's open-file limit less a reserve of an eighth of it (at
 	// least 256) for the WAL, snapshots and event sources, so that idle
-	// connections cannot take the descriptors the WAL needs.
+	// connections cannot take the descriptors the WAL needs; but at least
+	// half the limit, and at most fasthttp's own default, 262,144 (see
+	// maxConnsFor).
 	MaxConns int
 	// ReadTimeout (a whole request, header and body), WriteTimeout and
 	// IdleTimeout (a keep-alive connection between requests) bound the

@@ -136,7 +136,7 @@ name in upper case with _ for -, e.g. KVIDX_DATA_DIR=/var/lib/kvidx
 	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fl.Int64Var(&f.maxBodyBytes, "max-body-bytes", 16<<20, "largest request body accepted")
 	fl.Int64Var(&f.maxInflight, "max-inflight-event-bytes", 256<<20, "bytes of event post bodies read, decoded and appended at once (each post holds a few times its body in memory); a post past it answers 503 with Retry-After")
-	fl.IntVar(&f.maxConns, "max-conns", 0, "connections served at once; one past it gets a 503 and is closed (0: the open-file limit less an eighth, at least 256, kept for the WAL, snapshots and event sources)")
+	fl.IntVar(&f.maxConns, "max-conns", 0, "connections served at once; one past it gets a 503 and is closed (0: the open-file limit less an eighth of it, at least 256, kept for the WAL, snapshots and event sources; at least half the limit, at most 262144)")
 	fl.BoolVar(&f.finalSnapshot, "final-snapshot", true, "take a snapshot at shutdown when the index changed since the last one")
 	fl.StringArrayVar(&f.zmq, "zmq", nil, "consume a vLLM engine's KV events: tcp://HOST:5557=WORKER_ID[,replay=tcp://HOST:5558] (repeatable)")
 	fl.StringVar(&f.natsURL, "nats-url", "", "consume KV events from this NATS server's JetStream stream (e.g. nats://127.0.0.1:4222)")
