@@ -339,12 +339,29 @@ func writeProblem(dir string, version int) string {
 		paths = append(paths, dir) // Open writes FORMAT
 	}
 	for _, path := range paths {
-		if err := unix.Access(path, unix.W_OK); err != nil {
+		if err := writable(path); err != nil {
 			return fmt.Sprintf("%s is not writable by this process (uid %d): %v: a restart by this user would fail at once (the WAL's lock file is opened for writing first)",
-				path, os.Getuid(), err)
+				path, os.Geteuid(), err)
 		}
 	}
 	return ""
+}
+
+// writable checks that this process may open path for writing, as the
+// open of a restart checks it: with the effective user and its
+// capabilities (AT_EACCESS). access(2) checks for the real user and, when
+// that is not root, without capabilities: a service running as its own
+// user with CAP_DAC_OVERRIDE, whose restart writes a root-owned data
+// directory, was told it would fail. Where the kernel has no faccessat2
+// (before Linux 5.8, or a seccomp filter refusing it) it is access(2),
+// which also tells a read-only mount, where x/sys's emulation of
+// AT_EACCESS would not.
+func writable(path string) error {
+	err := unix.Faccessat2(unix.AT_FDCWD, path, unix.W_OK, unix.AT_EACCESS)
+	if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) {
+		err = unix.Access(path, unix.W_OK)
+	}
+	return err
 }
 
 // checkCandidate checks the snapshot f for Plan: loads it (returning its
