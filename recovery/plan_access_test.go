@@ -2,6 +2,7 @@ package recovery
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -83,6 +84,13 @@ func TestPlanWriteProblemCapabilities(t *testing.T) {
 				AmbientCaps: []uintptr{tt.capa, unix.CAP_DAC_READ_SEARCH},
 			}
 			out, err := cmd.CombinedOutput()
+			var exit *exec.ExitError
+			if err != nil && !errors.As(err, &exit) {
+				// Not started (a noexec temporary directory, a
+				// container that withholds the capability): nothing
+				// here can run the check as another user.
+				t.Skipf("child as uid 65534 with capability %d not started: %v", tt.capa, err)
+			}
 			if err != nil || !strings.Contains(string(out), "--- PASS: TestPlanWriteProblemCapabilities") {
 				t.Fatalf("child (uid 65534, capability %d): %v\n%.3000s", tt.capa, err, out)
 			}
