@@ -292,3 +292,54 @@ func TestZMQWorkerIDChangeCrashBeforeFirstBatch(t *testing.T) {
 		})
 	}
 }
+
+// A WAL from a kvidx that recorded no DP ranks, run once since by a kvidx
+// that records the worker id (so "#worker" is there but no "#dp"), then a
+// restart with another id: the ranks the endpoint fed the old id are
+// unknown, so the reconcile removes the old id (as the first clear after
+// such an upgrade does), else the old id kept the engine's blocks for ever.
+func TestZMQWorkerIDChangeRanksUnknown(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		id    uint64
+		held7 []uint64
+		held8 []uint64
+	}{
+		{name: "changed", id: 8, held8: []uint64{40}},
+		{name: "unchanged", id: 7, held7: []uint64{10, 20, 30, 40}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
+			e := newFakeEngine(t, ctx)
+			st := oldIDFed(t, ctx, e, false)
+			// As the kvidx before ranks were recorded wrote it: no "#dp"
+			// and no "#worker" positions.
+			st.pos = slices.DeleteFunc(st.pos, func(p wal.Position) bool {
+				return strings.Contains(p.Source, rankMark) || strings.HasSuffix(p.Source, workerMark)
+			})
+
+			// Today's kvidx, the same id: it records the id, not the ranks.
+			src := NewZMQSource(ZMQSpec{Endpoint: e.pubEP, WorkerID: 7}, st, testOptions())
+			stop := runUntilCancelled(t, ctx, src)
+			feedUntil(t, e, src, 2, storedAt(1002, 102, 30))
+			stop()
+
+			src = NewZMQSource(ZMQSpec{Endpoint: e.pubEP, WorkerID: tc.id}, st, testOptions())
+			stop = runUntilCancelled(t, ctx, src)
+			feedUntil(t, e, src, 3, storedAt(1003, 103, 40))
+			stop()
+			for _, tok := range []uint64{10, 20, 30, 40} {
+				var want []uint64
+				if slices.Contains(tc.held7, tok) {
+					want = append(want, 7)
+				}
+				if slices.Contains(tc.held8, tok) {
+					want = append(want, 8)
+				}
+				if got := heldBy(st, tok); !slices.Equal(got, want) {
+					t.Errorf("block of tokens %d held by workers %v, want %v", tok, got, want)
+				}
+			}
+		})
+	}
+}
