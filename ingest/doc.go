@@ -30,6 +30,11 @@
 //     what the endpoint fed the old id ([ReconcileZMQ], before any source
 //     applies anything; the old id goes whole when the WAL recorded no
 //     rank); the new id starts from nothing.
+//   - An endpoint the store records that no source follows any more
+//     (removed from the configuration, or spelled otherwise) clears the
+//     ranks it fed its recorded worker id and is forgotten
+//     ([ForgetRemovedZMQ], also before any source applies anything); one
+//     from before the worker id was recorded is only warned about.
 //   - Bad input never stops a source: each kind is counted per reason
 //     ([SourceStats].Errors) and logged at most once per interval, and a
 //     batch that does not decode clears the worker.

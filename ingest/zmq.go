@@ -45,7 +45,12 @@ package ingest
 // fed and starts the new id from nothing, in one atomic Append: the rank
 // positions set to 0 (forgotten), ts and groups to 0, and
 // "zmq:<endpoint>#reset" to 1, which voids the recorded sequence until the
-// next batch applied (with a replay endpoint the source asks from 0).
+// next batch applied (with a replay endpoint the source asks from 0). An
+// endpoint the WAL records that is configured no more (removed, or spelled
+// otherwise) clears, with [ForgetRemovedZMQ] (before any source applies
+// anything too), the DP ranks it fed its recorded worker id, with the same
+// positions but "#worker" (kept): it is forgotten, and a later start finds
+// nothing to clear.
 //
 // A lost sequence 0 after an engine restart (the first batches published
 // before the SUB reconnected) is told by the ts of the new engine's next

@@ -3,7 +3,10 @@ package ingest
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/kvidx/kvidx/engine"
 	"github.com/kvidx/kvidx/wal"
@@ -22,6 +25,147 @@ func ReconcileZMQ(ctx context.Context, srcs ...*ZMQSource) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// ForgetRemovedZMQ clears what the endpoints the store records positions
+// of ([Store.Applied]) but none of srcs follows (an endpoint configured at
+// an earlier start and not now, or spelled otherwise now, as
+// tcp://localhost:5557 for tcp://127.0.0.1:5557) fed: nothing follows their
+// engines any more, so their blocks could only go stale. For each such
+// endpoint one atomic Append holds a Cleared event for each DP rank of the
+// recorded worker id ("zmq:<endpoint>#worker") the endpoint fed (a
+// WorkerRemoved of that id when its ranks are unknown, as
+// [ZMQSource.Reconcile] does) and the positions that mark the endpoint
+// forgotten: its ranks forgotten, its sequence voided ("#reset"), ts and
+// groups reset. So a later start clears nothing more, and a later re-add
+// of the endpoint starts from nothing, as after a changed worker id. Each
+// endpoint cleared is logged (Info). An endpoint of a WAL from before
+// kvidx recorded the worker id cannot be cleared (which id it fed is not
+// known): it is named in a Warn, and DELETE /v1/workers/ID removes its
+// blocks. A refused append is retried with backoff; ForgetRemovedZMQ
+// returns an error only when ctx ends (the endpoints left are cleared at
+// the next start). Call it, like [ReconcileZMQ], before any source runs.
+func ForgetRemovedZMQ(ctx context.Context, store Store, opts ZMQOptions, srcs ...*ZMQSource) error {
+	_, positions := store.Applied()
+	var unknown []string
+	for _, name := range removedSources(positions, srcs) {
+		f := NewZMQSource(ZMQSpec{Endpoint: strings.TrimPrefix(name, "zmq:")}, store, opts)
+		f.log = f.opts.Logger.With("source", name) // no worker id configured
+		f.restore()
+		if !f.haveWorker {
+			unknown = append(unknown, f.spec.Endpoint)
+			continue
+		}
+		if err := f.forget(ctx); err != nil {
+			return err
+		}
+	}
+	if len(unknown) > 0 {
+		lg := opts.Logger
+		if lg == nil {
+			lg = slog.Default()
+		}
+		lg.Warn("zmq endpoints recorded in the WAL are no longer configured, but the WAL does not record the worker id they fed (it is from before kvidx recorded it), so their blocks stay in the index; DELETE /v1/workers/ID removes a worker id's blocks",
+			"endpoints", unknown)
+	}
+	return nil
+}
+
+// removedSources returns the names ("zmq:<endpoint>") of the ZMQ
+// endpoints the positions record that none of srcs is, sorted.
+func removedSources(positions []wal.Position, srcs []*ZMQSource) []string {
+	var names []string
+	for _, p := range positions {
+		if !strings.HasPrefix(p.Source, "zmq:") || slices.ContainsFunc(srcs, func(s *ZMQSource) bool { return s.owns(p.Source) }) {
+			continue
+		}
+		names = append(names, baseSource(p.Source))
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
+// owns reports whether position name source is one of the source's.
+func (s *ZMQSource) owns(source string) bool {
+	rest, ok := strings.CutPrefix(source, s.name)
+	if !ok {
+		return false
+	}
+	switch rest {
+	case "", tsMark, groupsMark, workerMark, resetMark, ranksMark:
+		return true
+	}
+	_, ok = s.rankOf(source)
+	return ok
+}
+
+// baseSource returns the source name ("zmq:<endpoint>") of position name
+// source: source without its mark ("#ts", "#dp3", ...), if any.
+func baseSource(source string) string {
+	for _, m := range []string{tsMark, groupsMark, workerMark, resetMark, ranksMark} {
+		if base, ok := strings.CutSuffix(source, m); ok {
+			return base
+		}
+	}
+	if i := strings.LastIndex(source, rankMark); i >= 0 {
+		if _, err := strconv.ParseUint(source[i+len(rankMark):], 10, 32); err == nil {
+			return source[:i]
+		}
+	}
+	return source
+}
+
+// forget clears what the endpoint, followed no more, fed its recorded
+// worker id and marks it forgotten (see [ForgetRemovedZMQ]), unless it is
+// already: nothing fed, its sequence voided. The source's state is the
+// store's (restore) and its worker id recorded (haveWorker).
+func (s *ZMQSource) forget(ctx context.Context) error {
+	var ranks []uint32
+	for r := range s.ranks {
+		ranks = append(ranks, r)
+	}
+	slices.Sort(ranks)
+	var events []engine.Event
+	switch {
+	case s.ranksUnknown:
+		events = []engine.Event{{Worker: engine.WorkerKey{WorkerID: s.worker}, Kind: engine.KindWorkerRemoved}}
+	case len(ranks) == 0 && s.reset:
+		return nil // forgotten already
+	default:
+		for _, r := range ranks {
+			events = append(events, engine.Event{Worker: engine.WorkerKey{WorkerID: s.worker, DPRank: r}, Kind: engine.KindCleared})
+		}
+	}
+	forgotten := make([]wal.Position, 0, len(ranks)+4)
+	forgotten = append(forgotten,
+		wal.Position{Source: s.name + resetMark, Seq: 1},
+		wal.Position{Source: s.name + tsMark, Seq: 0},
+		wal.Position{Source: s.name + groupsMark, Seq: 0},
+		wal.Position{Source: s.name + ranksMark, Seq: 1})
+	for _, r := range ranks {
+		forgotten = append(forgotten, wal.Position{Source: s.rankPosition(r).Source, Seq: 0})
+	}
+	backoff := s.opts.MinBackoff
+	for {
+		_, _, err := s.store.Append(ctx, events, forgotten)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		s.fail(ReasonAppend, fmt.Errorf("clearing worker %d, which endpoint %s fed and no --zmq endpoint follows now: %w (retrying)", s.worker, s.spec.Endpoint, err))
+		sleepCtx(ctx, backoff)
+		backoff = min(2*backoff, s.opts.MaxBackoff)
+	}
+	if s.ranksUnknown {
+		s.log.Info("zmq endpoint recorded in the WAL is no longer configured: removed the worker id it fed (which of its DP ranks it fed is not recorded); the endpoint is forgotten",
+			"endpoint", s.spec.Endpoint, "old_worker_id", s.worker)
+		return nil
+	}
+	s.log.Info("zmq endpoint recorded in the WAL is no longer configured: cleared the DP ranks it fed its worker id; the endpoint is forgotten",
+		"endpoint", s.spec.Endpoint, "old_worker_id", s.worker, "cleared_dp_ranks", ranks)
 	return nil
 }
 

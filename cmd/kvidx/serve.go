@@ -441,21 +441,25 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		})
 		runs = append(runs, src.Run)
 	}
-	if len(runs) > 0 {
-		// Every ZMQ endpoint whose worker id changed clears what it fed
-		// the old id before any source applies anything: with ids swapped
-		// between two endpoints, one source's clear would otherwise wipe
-		// what the other had just applied.
-		srv.GoSource(func(ctx context.Context) error {
-			if err := ingest.ReconcileZMQ(ctx, zmqSources...); err != nil {
-				return nil // the shutdown has begun
-			}
-			for _, run := range runs {
-				srv.GoSource(run)
-			}
-			return nil
-		})
-	}
+	// Every ZMQ endpoint the WAL records that is configured no more
+	// (removed, or spelled otherwise) clears what it fed, and every one
+	// whose worker id changed clears what it fed the old id, before any
+	// source applies anything: with ids swapped between two endpoints, or
+	// an endpoint renamed, one source's clear would otherwise wipe what
+	// another had just applied. (With no source configured, the removed
+	// endpoints are cleared all the same.)
+	srv.GoSource(func(ctx context.Context) error {
+		if err := ingest.ForgetRemovedZMQ(ctx, srv.SourceStore(store), ingest.ZMQOptions{Logger: log}, zmqSources...); err != nil {
+			return nil // the shutdown has begun
+		}
+		if err := ingest.ReconcileZMQ(ctx, zmqSources...); err != nil {
+			return nil // the shutdown has begun
+		}
+		for _, run := range runs {
+			srv.GoSource(run)
+		}
+		return nil
+	})
 	if ctx.Err() == nil { // else the shutdown has begun
 		msg := "ready"
 		if len(specs) > 0 || f.natsURL != "" {

@@ -201,3 +201,59 @@ func TestServeZMQWorkerIDSwap(t *testing.T) {
 		})
 	}
 }
+
+// A --zmq endpoint dropped from the flags at a restart of kvidx (with the
+// other endpoint kept, or none left) no longer keeps its engine's blocks
+// matched for good (stale credit: nothing follows that engine any more);
+// a kept endpoint's stay.
+func TestServeZMQEndpointRemoved(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		keepB bool
+	}{
+		{"other endpoint kept", true},
+		{"no endpoint left", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			pubA, epA := zmqPublisher(t, ctx)
+			pubB, epB := zmqPublisher(t, ctx)
+			dir := t.TempDir()
+			a0, b0 := []uint32{1, 2, 3, 4}, []uint32{5, 6, 7, 8}
+			flags := []string{"--data-dir", dir, "--sync", "none", "--final-snapshot=false"}
+
+			sctx, stop := context.WithCancel(ctx)
+			base, done := serveInProcess(t, sctx, append(flags, "--zmq", epA+"=7", "--zmq", epB+"=8")...)
+			publishUntilMatched(t, pubA, base, 0, 1001, a0, 7)
+			publishUntilMatched(t, pubB, base, 0, 2001, b0, 8)
+			stop()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+
+			if tc.keepB {
+				flags = append(flags, "--zmq", epB+"=8")
+			}
+			base, done = serveInProcess(t, ctx, flags...)
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				_, body := post(t, base+"/v1/match", matchQuery(a0))
+				if !strings.Contains(body, "worker_id") {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the removed endpoint's blocks are still matched: %s", body)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			if _, body := post(t, base+"/v1/match", matchQuery(b0)); strings.Contains(body, `"worker_id":8`) != tc.keepB {
+				t.Errorf("endpoint B kept: %v, but /v1/match of its blocks answers %s", tc.keepB, body)
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
