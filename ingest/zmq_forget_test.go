@@ -151,6 +151,11 @@ func TestRemovedSources(t *testing.T) {
 		{name: "removed", sources: []string{"zmq:tcp://a:1", "zmq:tcp://b:2", "zmq:tcp://b:2#ts", "zmq:tcp://b:2#dp12", "zmq:tcp://b:2#groups"}, want: []string{"zmq:tcp://b:2"}},
 		{name: "marks alone", sources: []string{"zmq:tcp://b:2#worker", "zmq:tcp://c:3#dp0", "zmq:tcp://d:4#reset"}, want: []string{"zmq:tcp://b:2", "zmq:tcp://c:3", "zmq:tcp://d:4"}},
 		{name: "another spelling", sources: []string{"zmq:tcp://a:1/", "zmq:tcp://a:1/#dp0"}, want: []string{"zmq:tcp://a:1/"}},
+		// An endpoint holding '#' names no other endpoint, and a
+		// configured one holding it is not taken for a removed one.
+		{name: "ipc path with #dp", sources: []string{"zmq:ipc:///run/kv#dp1", "zmq:ipc:///run/kv#dp1#ts", "zmq:ipc:///run/kv#dp1#worker", "zmq:ipc:///run/kv#dp1#dp0"}, want: []string{"zmq:ipc:///run/kv#dp1"}},
+		{name: "ipc path with #ts, pre-#worker", sources: []string{"zmq:ipc:///tmp/e#ts", "zmq:ipc:///tmp/e#ts#ts", "zmq:ipc:///tmp/e#ts#dp0"}, want: []string{"zmq:ipc:///tmp/e#ts"}},
+		{name: "configured with #", sources: []string{"zmq:tcp://a:1", "zmq:tcp://a:1#dp0", "zmq:tcp://a:1#ts#worker"}, want: []string{"zmq:tcp://a:1#ts"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var positions []wal.Position
