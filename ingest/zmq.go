@@ -1138,24 +1138,36 @@ func (s *ZMQSource) restartedBelow(ctx context.Context) error {
 	if s.markRanks {
 		positions = append(positions, wal.Position{Source: s.name + ranksMark, Seq: 1})
 	}
+	if _, err := s.appendRetrying(ctx, events, positions, func() string { return "clearing the worker of a restarted engine" }); err != nil {
+		return err
+	}
+	s.markRanks = false
+	// The worker is empty: the new engine's first batch needs no clear of
+	// its own (it counted a second one).
+	s.pendingClear = false
+	s.mu.Lock()
+	s.stats.Clears++
+	s.stats.Events += uint64(len(events))
+	s.mu.Unlock()
+	return nil
+}
+
+// appendRetrying appends events and positions as one WAL entry and returns
+// the events' results. A refused append (the WAL overloaded, or fenced
+// until an operator acts) is counted (ReasonAppend, what naming the
+// append) and retried, the pause doubling from MinBackoff to MaxBackoff,
+// until it succeeds or ctx ends (ctx's error).
+func (s *ZMQSource) appendRetrying(ctx context.Context, events []engine.Event, positions []wal.Position, what func() string) ([]error, error) {
 	backoff := s.opts.MinBackoff
 	for {
-		_, _, err := s.store.Append(ctx, events, positions)
+		_, results, err := s.store.Append(ctx, events, positions)
 		if err == nil {
-			s.markRanks = false
-			// The worker is empty: the new engine's first batch needs
-			// no clear of its own (it counted a second one).
-			s.pendingClear = false
-			s.mu.Lock()
-			s.stats.Clears++
-			s.stats.Events += uint64(len(events))
-			s.mu.Unlock()
-			return nil
+			return results, nil
 		}
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return nil, ctx.Err()
 		}
-		s.fail(ReasonAppend, fmt.Errorf("clearing the worker of a restarted engine: %w (retrying)", err))
+		s.fail(ReasonAppend, fmt.Errorf("%s: %w (retrying)", what(), err))
 		sleepCtx(ctx, backoff)
 		backoff = min(2*backoff, s.opts.MaxBackoff)
 	}
@@ -1217,41 +1229,33 @@ func (s *ZMQSource) append(ctx context.Context, events []engine.Event, seq, ts u
 	if s.markRanks {
 		positions = append(positions, wal.Position{Source: s.name + ranksMark, Seq: 1})
 	}
-	backoff := s.opts.MinBackoff
-	for {
-		_, results, err := s.store.Append(ctx, events, positions)
-		if err == nil {
-			rejected := 0
-			for _, r := range results {
-				if r != nil {
-					rejected++
-				}
-			}
-			s.last, s.have, s.lastTS = seq, true, newTS
-			s.worker, s.haveWorker, s.reset, s.markRanks = s.spec.WorkerID, true, false, false
-			if cleared {
-				s.pendingClear = false
-			}
-			s.mu.Lock()
-			st := &s.stats
-			st.HasSeq, st.LastSeq = true, seq
-			st.LastBatch = time.Now()
-			st.Batches++
-			st.Events += uint64(len(events))
-			st.Rejected += uint64(rejected)
-			if cleared {
-				st.Clears++
-			}
-			s.mu.Unlock()
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		s.fail(ReasonAppend, fmt.Errorf("batch %d: %w (retrying)", seq, err))
-		sleepCtx(ctx, backoff)
-		backoff = min(2*backoff, s.opts.MaxBackoff)
+	results, err := s.appendRetrying(ctx, events, positions, func() string { return fmt.Sprintf("batch %d", seq) })
+	if err != nil {
+		return err
 	}
+	rejected := 0
+	for _, r := range results {
+		if r != nil {
+			rejected++
+		}
+	}
+	s.last, s.have, s.lastTS = seq, true, newTS
+	s.worker, s.haveWorker, s.reset, s.markRanks = s.spec.WorkerID, true, false, false
+	if cleared {
+		s.pendingClear = false
+	}
+	s.mu.Lock()
+	st := &s.stats
+	st.HasSeq, st.LastSeq = true, seq
+	st.LastBatch = time.Now()
+	st.Batches++
+	st.Events += uint64(len(events))
+	st.Rejected += uint64(rejected)
+	if cleared {
+		st.Clears++
+	}
+	s.mu.Unlock()
+	return nil
 }
 
 // replay asks the replay endpoint for every batch from start on and

@@ -66,7 +66,7 @@ func ForgetRemovedZMQ(ctx context.Context, store Store, opts ZMQOptions, srcs ..
 		if lg == nil {
 			lg = slog.Default()
 		}
-		lg.Warn("zmq endpoints recorded in the WAL are no longer configured, but the WAL does not record the worker id they fed (it is from before kvidx recorded it), so their blocks stay in the index; DELETE /v1/workers/ID removes a worker id's blocks",
+		lg.Warn("zmq endpoints recorded in the WAL are no longer configured, but the WAL does not record the worker id they fed (it is from before kvidx recorded it), so their blocks are not cleared: DELETE /v1/workers/ID removes a worker id's blocks (this warning comes at every start while the WAL records these endpoints)",
 			"endpoints", unknown)
 	}
 	return nil
@@ -159,18 +159,10 @@ func (s *ZMQSource) forget(ctx context.Context) error {
 	for _, r := range ranks {
 		forgotten = append(forgotten, wal.Position{Source: s.rankPosition(r).Source, Seq: 0})
 	}
-	backoff := s.opts.MinBackoff
-	for {
-		_, _, err := s.store.Append(ctx, events, forgotten)
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		s.fail(ReasonAppend, fmt.Errorf("clearing worker %d, which endpoint %s fed and no --zmq endpoint follows now: %w (retrying)", s.worker, s.spec.Endpoint, err))
-		sleepCtx(ctx, backoff)
-		backoff = min(2*backoff, s.opts.MaxBackoff)
+	if _, err := s.appendRetrying(ctx, events, forgotten, func() string {
+		return fmt.Sprintf("clearing worker %d, which endpoint %s fed and no --zmq endpoint follows now", s.worker, s.spec.Endpoint)
+	}); err != nil {
+		return err
 	}
 	if s.ranksUnknown {
 		s.log.Info("zmq endpoint recorded in the WAL is no longer configured: removed the worker id it fed (which of its DP ranks it fed is not recorded); the endpoint is forgotten",
@@ -231,18 +223,10 @@ func (s *ZMQSource) Reconcile(ctx context.Context) error {
 		// removes it then.
 		events = []engine.Event{{Worker: engine.WorkerKey{WorkerID: old}, Kind: engine.KindWorkerRemoved}}
 	}
-	backoff := s.opts.MinBackoff
-	for {
-		_, _, err := s.store.Append(ctx, events, reset)
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		s.fail(ReasonAppend, fmt.Errorf("clearing worker %d, which endpoint %s fed before its worker id became %d: %w (retrying)", old, s.spec.Endpoint, s.spec.WorkerID, err))
-		sleepCtx(ctx, backoff)
-		backoff = min(2*backoff, s.opts.MaxBackoff)
+	if _, err := s.appendRetrying(ctx, events, reset, func() string {
+		return fmt.Sprintf("clearing worker %d, which endpoint %s fed before its worker id became %d", old, s.spec.Endpoint, s.spec.WorkerID)
+	}); err != nil {
+		return err
 	}
 	s.worker, s.reset, s.ranksUnknown = s.spec.WorkerID, true, false
 	s.have, s.last, s.lastTS, s.groups = false, 0, 0, 0
