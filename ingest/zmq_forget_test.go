@@ -154,6 +154,8 @@ func TestRemovedSources(t *testing.T) {
 		// An endpoint holding '#' names no other endpoint, and a
 		// configured one holding it is not taken for a removed one.
 		{name: "ipc path with #dp", sources: []string{"zmq:ipc:///run/kv#dp1", "zmq:ipc:///run/kv#dp1#ts", "zmq:ipc:///run/kv#dp1#worker", "zmq:ipc:///run/kv#dp1#dp0"}, want: []string{"zmq:ipc:///run/kv#dp1"}},
+		{name: "ipc path with #dp, pre-#ts", sources: []string{"zmq:ipc:///run/kv#dp1", "zmq:ipc:///run/kv#dp1#dp0"}, want: []string{"zmq:ipc:///run/kv#dp1"}},
+		{name: "ipc path with #dp, ranks recorded", sources: []string{"zmq:ipc:///run/kv#dp1", "zmq:ipc:///run/kv#dp1#ranks"}, want: []string{"zmq:ipc:///run/kv#dp1"}},
 		{name: "ipc path with #ts, pre-#worker", sources: []string{"zmq:ipc:///tmp/e#ts", "zmq:ipc:///tmp/e#ts#ts", "zmq:ipc:///tmp/e#ts#dp0"}, want: []string{"zmq:ipc:///tmp/e#ts"}},
 		{name: "configured with #", sources: []string{"zmq:tcp://a:1", "zmq:tcp://a:1#dp0", "zmq:tcp://a:1#ts#worker"}, want: []string{"zmq:tcp://a:1#ts"}},
 	} {

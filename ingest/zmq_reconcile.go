@@ -76,20 +76,25 @@ func ForgetRemovedZMQ(ctx context.Context, store Store, opts ZMQOptions, srcs ..
 // endpoints the positions record that none of srcs is, sorted. An
 // endpoint may itself hold '#' and a mark's name (ipc:///run/kv#dp1,
 // ipc:///tmp/e#ts): a position that is an endpoint's sequence (the
-// positions hold its "#ts" or "#worker") names that endpoint, not the one
-// its name cut at its last mark would give (ipc:///run/kv, an endpoint
-// never configured, then warned about at every start).
+// positions hold one of its marks: "#ts", "#worker", "#dp0", ...) names
+// that endpoint, not the one its name cut at its last mark would give
+// (ipc:///run/kv, an endpoint never configured, then warned about at every
+// start). Any mark counts: a WAL from before kvidx recorded "#ts" holds
+// only an endpoint's sequence and its "#dp" ranks.
 func removedSources(positions []wal.Position, srcs []*ZMQSource) []string {
-	recorded := make(map[string]bool, len(positions))
+	// marked: the names a position's mark follows ("zmq:<endpoint>").
+	marked := make(map[string]bool, len(positions))
 	for _, p := range positions {
-		recorded[p.Source] = true
+		if base := baseSource(p.Source); base != p.Source {
+			marked[base] = true
+		}
 	}
 	var names []string
 	for _, p := range positions {
 		if !strings.HasPrefix(p.Source, "zmq:") || slices.ContainsFunc(srcs, func(s *ZMQSource) bool { return s.owns(p.Source) }) {
 			continue
 		}
-		if recorded[p.Source+tsMark] || recorded[p.Source+workerMark] {
+		if marked[p.Source] {
 			names = append(names, p.Source)
 			continue
 		}
