@@ -1029,7 +1029,10 @@ func (s *ZMQSource) apply(ctx context.Context, seq uint64, payload []byte, repla
 	}
 	var rankPos []wal.Position
 	if _, known := s.ranks[b.DPRank]; !known && !s.ranksUnknown {
-		rankPos = append(rankPos, s.rankPosition(b.DPRank))
+		// With "#ranks": a WAL that records this source's position and
+		// no rank is then one from before ranks were recorded, never one
+		// whose ranks were all forgotten since.
+		rankPos = append(rankPos, s.rankPosition(b.DPRank), wal.Position{Source: s.name + ranksMark, Seq: 1})
 	}
 	s.ranks[b.DPRank] = struct{}{}
 	for i := range events {

@@ -312,10 +312,10 @@ func TestZMQWorkerIDChangeRanksUnknown(t *testing.T) {
 			ctx := t.Context()
 			e := newFakeEngine(t, ctx)
 			st := oldIDFed(t, ctx, e, false)
-			// As the kvidx before ranks were recorded wrote it: no "#dp"
-			// and no "#worker" positions.
+			// As the kvidx before ranks were recorded wrote it: no "#dp",
+			// "#ranks" or "#worker" positions.
 			st.pos = slices.DeleteFunc(st.pos, func(p wal.Position) bool {
-				return strings.Contains(p.Source, rankMark) || strings.HasSuffix(p.Source, workerMark)
+				return strings.Contains(p.Source, rankMark) || strings.HasSuffix(p.Source, ranksMark) || strings.HasSuffix(p.Source, workerMark)
 			})
 
 			// Today's kvidx, the same id: it records the id, not the ranks.

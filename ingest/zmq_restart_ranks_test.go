@@ -237,3 +237,35 @@ func TestZMQUpgradeClearLeavesRanksKnown(t *testing.T) {
 		})
 	}
 }
+
+// A source's first batch records, with its rank, that the ranks are known
+// ("#ranks"): a WAL that records this source's position and no rank then
+// reads as ranks unknown (one written before ranks were recorded) only
+// when it is one, never because its ranks were forgotten since (a clear
+// of such a source removes the whole worker id, other endpoints' ranks
+// with it).
+func TestZMQFirstBatchRecordsRanksKnown(t *testing.T) {
+	ctx := t.Context()
+	e := newFakeEngine(t, ctx)
+	st := &indexStore{ix: engine.New()}
+	src := NewZMQSource(ZMQSpec{Endpoint: e.pubEP, WorkerID: 7}, st, testOptions())
+	stop := runUntilCancelled(t, ctx, src)
+	sendUntil(t, e, 0, storedOnRank(0, 100, 10), "batch 0", func() bool { return src.Stats().HasSeq })
+	stop()
+	_, pos := st.Applied()
+	name := SourceName(e.pubEP)
+	if !slices.Contains(pos, wal.Position{Source: name + ranksMark, Seq: 1}) {
+		t.Fatalf("positions after the first batch %v: want %s%s = 1", pos, name, ranksMark)
+	}
+	// Its rank forgotten (a "#dp0" of 0), the position kept: ranks known.
+	for i := range st.pos {
+		if st.pos[i].Source == name+rankMark+"0" {
+			st.pos[i].Seq = 0
+		}
+	}
+	src = NewZMQSource(ZMQSpec{Endpoint: e.pubEP, WorkerID: 7}, st, testOptions())
+	src.restore()
+	if src.ranksUnknown {
+		t.Fatalf("a source whose first batch recorded its ranks reads as ranks unknown once they are forgotten")
+	}
+}
