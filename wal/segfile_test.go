@@ -42,37 +42,18 @@ func TestSegmentNameNotAFile(t *testing.T) {
 			if err := mk(last); err != nil {
 				t.Fatal(err)
 			}
-			for _, op := range []struct {
-				name string
-				run  func() error
-			}{
-				{"Inspect", func() error { _, err := Inspect(dir); return err }},
-				{"Scan", func() error { _, _, err := scanAll(t, dir, 1, 40); return err }},
-				{"Open", func() error { return openErr(dir) }},
-			} {
-				done := make(chan error, 1)
-				go func() { done <- op.run() }()
-				var err error
-				select {
-				case err = <-done:
-				case <-time.After(10 * time.Second):
-					// Let the blocked open of the pipe return.
-					if f, err := os.OpenFile(last, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
-						f.Close()
-					}
-					<-done
-					t.Fatalf("%s: still running after 10 s", op.name)
-				}
+			runReadOps(t, dir, last, func(op string, err error) {
+				t.Helper()
 				if tc.refuse == "" {
 					if err != nil {
-						t.Fatalf("%s through a link to the segment: %v", op.name, err)
+						t.Fatalf("%s through a link to the segment: %v", op, err)
 					}
-					continue
+					return
 				}
 				if err == nil || !strings.Contains(err.Error(), last) || !strings.Contains(err.Error(), tc.refuse+dir) {
-					t.Fatalf("%s: %v, want a refusal naming %s and saying %q", op.name, err, last, tc.refuse+dir)
+					t.Fatalf("%s: %v, want a refusal naming %s and saying %q", op, err, last, tc.refuse+dir)
 				}
-			}
+			})
 		})
 	}
 }
@@ -98,30 +79,12 @@ func TestTailMarkNotAFile(t *testing.T) {
 			if err := tc.make(tail); err != nil {
 				t.Fatal(err)
 			}
-			for _, op := range []struct {
-				name string
-				run  func() error
-			}{
-				{"Inspect", func() error { _, err := Inspect(dir); return err }},
-				{"Scan", func() error { _, _, err := scanAll(t, dir, 1, 40); return err }},
-				{"Open", func() error { return openErr(dir) }},
-			} {
-				done := make(chan error, 1)
-				go func() { done <- op.run() }()
-				var err error
-				select {
-				case err = <-done:
-				case <-time.After(10 * time.Second):
-					if f, err := os.OpenFile(tail, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
-						f.Close()
-					}
-					<-done
-					t.Fatalf("%s: still running after 10 s", op.name)
-				}
+			runReadOps(t, dir, tail, func(op string, err error) {
+				t.Helper()
 				if err == nil || !strings.Contains(err.Error(), tail) || !strings.Contains(err.Error(), tc.want+dir) {
-					t.Fatalf("%s: %v, want a refusal naming %s and saying %q", op.name, err, tail, tc.want+dir)
+					t.Fatalf("%s: %v, want a refusal naming %s and saying %q", op, err, tail, tc.want+dir)
 				}
-			}
+			})
 		})
 	}
 }
@@ -139,5 +102,34 @@ func TestTailMarkTooLarge(t *testing.T) {
 	}
 	if _, err := Inspect(dir); err != nil {
 		t.Fatalf("Inspect: %v", err)
+	}
+}
+
+// runReadOps runs Inspect, Scan (entries 1..40) and Open on the log in dir
+// and calls check with each one's name and error. Each gets 10 s: then a
+// writer opens pipe (letting an open of that named pipe, blocked for want
+// of one, return) and the test fails.
+func runReadOps(t *testing.T, dir, pipe string, check func(op string, err error)) {
+	t.Helper()
+	for _, op := range []struct {
+		name string
+		run  func() error
+	}{
+		{"Inspect", func() error { _, err := Inspect(dir); return err }},
+		{"Scan", func() error { _, _, err := scanAll(t, dir, 1, 40); return err }},
+		{"Open", func() error { return openErr(dir) }},
+	} {
+		done := make(chan error, 1)
+		go func() { done <- op.run() }()
+		select {
+		case err := <-done:
+			check(op.name, err)
+		case <-time.After(10 * time.Second):
+			if f, err := os.OpenFile(pipe, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+				f.Close()
+			}
+			<-done
+			t.Fatalf("%s: still running after 10 s", op.name)
+		}
 	}
 }
