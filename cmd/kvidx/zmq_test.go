@@ -7,6 +7,7 @@ import (
 	"io"
 	"log"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -153,20 +154,8 @@ func TestServeZMQWorkerIDSwap(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			pubA, epA := zmqPublisher(t, ctx)
-			pubB, epB := zmqPublisher(t, ctx)
-			dir := t.TempDir()
-			a0, b0, a1, b1 := []uint32{1, 2, 3, 4}, []uint32{5, 6, 7, 8}, []uint32{9, 10, 11, 12}, []uint32{13, 14, 15, 16}
-			flags := []string{"--data-dir", dir, "--sync", "none", "--final-snapshot=false"}
-
-			sctx, stop := context.WithCancel(ctx)
-			base, done := serveInProcess(t, sctx, append(flags, "--zmq", epA+"=7", "--zmq", epB+"=8")...)
-			publishUntilMatched(t, pubA, base, 0, 1001, a0, 7)
-			publishUntilMatched(t, pubB, base, 0, 2001, b0, 8)
-			stop()
-			if err := <-done; err != nil {
-				t.Fatal(err)
-			}
+			pubA, epA, pubB, epB, flags := twoEnginesFed(t, ctx)
+			a0, b0, a1, b1 := engineATokens, engineBTokens, []uint32{9, 10, 11, 12}, []uint32{13, 14, 15, 16}
 
 			swapped := append(flags, "--zmq", epA+"=8", "--zmq", epB+"=7")
 			for range tc.starts - 1 {
@@ -177,7 +166,7 @@ func TestServeZMQWorkerIDSwap(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			base, done = serveInProcess(t, ctx, swapped...)
+			base, done := serveInProcess(t, ctx, swapped...)
 			publishUntilMatched(t, pubA, base, 1, 1002, a1, 8)
 			publishUntilMatched(t, pubB, base, 1, 2002, b1, 7)
 			for _, tokens := range [][]uint32{a0, b0} {
@@ -217,25 +206,13 @@ func TestServeZMQEndpointRemoved(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			pubA, epA := zmqPublisher(t, ctx)
-			pubB, epB := zmqPublisher(t, ctx)
-			dir := t.TempDir()
-			a0, b0 := []uint32{1, 2, 3, 4}, []uint32{5, 6, 7, 8}
-			flags := []string{"--data-dir", dir, "--sync", "none", "--final-snapshot=false"}
-
-			sctx, stop := context.WithCancel(ctx)
-			base, done := serveInProcess(t, sctx, append(flags, "--zmq", epA+"=7", "--zmq", epB+"=8")...)
-			publishUntilMatched(t, pubA, base, 0, 1001, a0, 7)
-			publishUntilMatched(t, pubB, base, 0, 2001, b0, 8)
-			stop()
-			if err := <-done; err != nil {
-				t.Fatal(err)
-			}
+			_, _, _, epB, flags := twoEnginesFed(t, ctx)
+			a0, b0 := engineATokens, engineBTokens
 
 			if tc.keepB {
 				flags = append(flags, "--zmq", epB+"=8")
 			}
-			base, done = serveInProcess(t, ctx, flags...)
+			base, done := serveInProcess(t, ctx, flags...)
 			deadline := time.Now().Add(10 * time.Second)
 			for {
 				_, body := post(t, base+"/v1/match", matchQuery(a0))
@@ -256,4 +233,31 @@ func TestServeZMQEndpointRemoved(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The blocks twoEnginesFed has its engines A and B store.
+var (
+	engineATokens = []uint32{1, 2, 3, 4}
+	engineBTokens = []uint32{5, 6, 7, 8}
+)
+
+// twoEnginesFed starts two ZMQ engines, A and B, and a kvidx serve on a new
+// data directory following A as worker 7 and B as worker 8; each engine's
+// batch 0 stores one block (engineATokens, engineBTokens), matched before
+// the serve stops. It returns the engines and the serve flags without
+// --zmq, for the next start on that directory.
+func twoEnginesFed(t *testing.T, ctx context.Context) (pubA zmq4.Socket, epA string, pubB zmq4.Socket, epB string, flags []string) {
+	t.Helper()
+	pubA, epA = zmqPublisher(t, ctx)
+	pubB, epB = zmqPublisher(t, ctx)
+	flags = []string{"--data-dir", t.TempDir(), "--sync", "none", "--final-snapshot=false"}
+	sctx, stop := context.WithCancel(ctx)
+	base, done := serveInProcess(t, sctx, append(slices.Clone(flags), "--zmq", epA+"=7", "--zmq", epB+"=8")...)
+	publishUntilMatched(t, pubA, base, 0, 1001, engineATokens, 7)
+	publishUntilMatched(t, pubB, base, 0, 2001, engineBTokens, 8)
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	return pubA, epA, pubB, epB, flags
 }
