@@ -14,7 +14,8 @@ package recovery
 // meets: a format 1 directory that a restart upgrades (after which a kvidx
 // older than format 2 refuses it), and a data directory this process
 // cannot write (a read-only mount, a wal/ of another owner), where a
-// restart fails at the WAL's lock file.
+// restart fails at once: at the WAL's lock file, at its last segment, or
+// at the snapshots directory (see writeProblem).
 //
 // On the directory of a running server, a WAL segment or snapshot listed a
 // moment ago can be gone when it is read (the server truncated its WAL or
@@ -58,11 +59,12 @@ type RecoveryPlan struct {
 	FormatUpgrade int `json:"format_upgrade,omitempty"`
 	// WriteProblem, when not empty, is why this process could not write
 	// the data directory where a restart must (wal/, its lock file, the
-	// data directory when wal/ is missing or FORMAT is to be written): a
-	// read-only mount, or files of another owner. A restart by this user
-	// would fail at once, at the WAL's lock file, whatever the data; a
-	// server running as another user may write it. The rest of the plan is
-	// what the data makes of a restart.
+	// WAL's last segment, snapshots/, the data directory when wal/ or
+	// snapshots/ is missing or FORMAT is to be written), naming the first
+	// such path: a read-only mount, or files of another owner. A restart
+	// by this user would fail at once, whatever the data; a server running
+	// as another user may write it. The rest of the plan is what the data
+	// makes of a restart.
 	WriteProblem string        `json:"write_problem,omitempty"`
 	WAL          WALSummary    `json:"wal"`
 	SnapshotUsed *PlanSnapshot `json:"snapshot_used"`
@@ -220,8 +222,8 @@ func planRead(ctx context.Context, dir string, opts PlanOptions, raced *bool) (*
 	} else if err != nil {
 		return nil, nil, err // it names the data dir
 	}
-	p.WriteProblem = writeProblem(dir, p.Format)
 	lay, lerr := wal.Inspect(walDir)
+	p.WriteProblem = writeProblem(dir, p.Format, lay)
 	w := &p.WAL
 	w.FirstIndex, w.LastIndex = lay.FirstIndex, lay.LastIndex
 	w.Segments, w.Bytes = len(lay.Segments), lay.Bytes
@@ -318,33 +320,65 @@ func planRead(ctx context.Context, dir string, opts PlanOptions, raced *bool) (*
 }
 
 // writeProblem says why this process could not write what a restart of the
-// data directory dir, of format version (0: none yet), writes first ("":
-// nothing found): the WAL's lock file (opened read-write, created when
-// missing), wal/ (created when missing, with the data directory), its
-// segments, and the FORMAT file a new or older-format directory gets
-// (written beside it, in dir).
-func writeProblem(dir string, version int) string {
-	walDir := filepath.Join(dir, WALDirName)
-	var paths []string
-	if _, err := os.Stat(walDir); errors.Is(err, fs.ErrNotExist) {
-		paths = append(paths, dir) // Open creates wal/ in it
-	} else {
-		paths = append(paths, walDir)
-		lock := filepath.Join(walDir, wal.LockFileName)
-		if fi, err := os.Stat(lock); err == nil && fi.Mode().IsRegular() {
-			paths = append(paths, lock)
+// data directory dir, of format version (0: none yet) and with the WAL lay,
+// must write, or checks it can, before it serves ("": nothing found), in
+// the order a restart meets it: the WAL's lock file (opened read-write,
+// created when missing), wal/ (created when missing, with the data
+// directory), the FORMAT file a new or older-format directory gets (written
+// beside it, in dir), snapshots/ (created when missing; Open checks it, see
+// [Open]), and the WAL's last segment, which the WAL opens for writing (to
+// cut a torn tail, trim the unused fill, append).
+func writeProblem(dir string, version int, lay wal.Layout) string {
+	const atLock = "the WAL's lock file is opened for writing first"
+	type target struct{ path, why string }
+	var targets []target
+	add := func(path, why string) {
+		if !slices.ContainsFunc(targets, func(t target) bool { return t.path == path }) {
+			targets = append(targets, target{path, why})
 		}
 	}
-	if version < FormatVersion && !slices.Contains(paths, dir) {
-		paths = append(paths, dir) // Open writes FORMAT
+	walDir := filepath.Join(dir, WALDirName)
+	if _, err := os.Stat(walDir); errors.Is(err, fs.ErrNotExist) {
+		add(dir, atLock) // Open creates wal/ in it
+	} else {
+		add(walDir, atLock)
+		lock := filepath.Join(walDir, wal.LockFileName)
+		if fi, err := os.Stat(lock); err == nil && fi.Mode().IsRegular() {
+			add(lock, atLock)
+		}
 	}
-	for _, path := range paths {
-		if err := writable(path); err != nil {
-			return fmt.Sprintf("%s is not writable by this process (uid %d): %v: a restart by this user would fail at once (the WAL's lock file is opened for writing first)",
-				path, os.Geteuid(), err)
+	if version < FormatVersion {
+		add(dir, "its FORMAT file is written there")
+	}
+	snapDir := filepath.Join(dir, SnapshotDirName)
+	if _, err := os.Stat(snapDir); errors.Is(err, fs.ErrNotExist) {
+		add(dir, "snapshots/ is created there")
+	} else {
+		add(snapDir, "snapshots are written there, and a restart checks that first")
+	}
+	if n := len(lay.Segments); n > 0 {
+		why := "the WAL opens its last segment for writing, to append to it"
+		if lay.TornBytes > 0 {
+			why = "the WAL cuts the torn tail of its last segment there"
+		}
+		add(filepath.Join(walDir, lay.Segments[n-1].Name), why)
+	}
+	for _, t := range targets {
+		if err := notWritable(t.path); err != nil {
+			return fmt.Sprintf("%v: a restart by this user would fail at once (%s)", err, t.why)
 		}
 	}
 	return ""
+}
+
+// notWritable returns an error naming path when this process may not open
+// it for writing (see writable), nil when it may: the plan's write problem
+// and Open's own check of the snapshots directory say it alike.
+func notWritable(path string) error {
+	if err := writable(path); err != nil {
+		return fmt.Errorf("%s is not writable by this process (uid %d): %w", path, os.Geteuid(), err)
+	}
+	return nil
 }
 
 // writable checks that this process may open path for writing, as the

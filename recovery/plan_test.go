@@ -222,21 +222,35 @@ func TestPlanErrorsTable(t *testing.T) {
 	}
 }
 
+// lastSegment, in TestPlanNotWritableTable's paths, stands for the name of
+// the WAL's last segment file.
+const lastSegment = "LAST-SEGMENT"
+
 // A data directory this process cannot write where a restart must (a
-// read-only mount; see rotest.ReadOnly) makes a restart fail at once, at the
-// WAL's lock file, whatever the data: the plan says so, naming the path,
-// where it predicted a clean restart; and it is no refusal of the data.
+// read-only mount; see rotest.ReadOnly) makes a restart fail at once,
+// whatever the data: at the WAL's lock file, at the WAL's last segment
+// (which it appends to, and cuts a torn tail from), or at snapshots/ (which
+// Open checks first: it failed only at the first snapshot, and the plan
+// had predicted a clean restart). The plan says so, naming the path and
+// why, where it predicted a clean restart; it is no refusal of the data;
+// and Open fails, naming the path too.
 func TestPlanNotWritableTable(t *testing.T) {
+	const atLock = "(the WAL's lock file is opened for writing first)"
 	tests := []struct {
 		name     string
 		readOnly string // the path made read-only, under the data directory ("": itself)
 		named    string // the path the plan names, likewise
+		why      string // in the write problem: why a restart writes there
 		existing bool   // a data directory with data; else an empty new one
+		torn     bool   // a torn tail ends the WAL's last segment
 	}{
-		{"data directory", "", WALDirName, true},
-		{"wal", WALDirName, WALDirName, true},
-		{"lock file", filepath.Join(WALDirName, wal.LockFileName), filepath.Join(WALDirName, wal.LockFileName), true},
-		{"new directory", "", "", false},
+		{"data directory", "", WALDirName, atLock, true, false},
+		{"wal", WALDirName, WALDirName, atLock, true, false},
+		{"lock file", filepath.Join(WALDirName, wal.LockFileName), filepath.Join(WALDirName, wal.LockFileName), atLock, true, false},
+		{"new directory", "", "", atLock, false, false},
+		{"snapshots", SnapshotDirName, SnapshotDirName, "(snapshots are written there", true, false},
+		{"last segment", filepath.Join(WALDirName, lastSegment), filepath.Join(WALDirName, lastSegment), "to append to it)", true, false},
+		{"torn last segment", filepath.Join(WALDirName, lastSegment), filepath.Join(WALDirName, lastSegment), "cuts the torn tail", true, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -245,24 +259,45 @@ func TestPlanNotWritableTable(t *testing.T) {
 			if tt.existing {
 				planDir(t, dir)
 			}
-			ro := filepath.Join(dir, tt.readOnly)
+			walDir := filepath.Join(dir, WALDirName)
+			var last string
+			if segs, err := wal.Segments(walDir); err == nil && len(segs) > 0 {
+				last = segs[len(segs)-1].Name
+			}
+			if tt.torn {
+				f, err := os.OpenFile(filepath.Join(walDir, last), os.O_APPEND|os.O_WRONLY, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := f.Write([]byte{0x40, 0x01, 0x02, 0x03}); err != nil {
+					t.Fatal(err)
+				}
+				if err := f.Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			path := func(rel string) string { return filepath.Join(dir, strings.Replace(rel, lastSegment, last, 1)) }
+			ro, named := path(tt.readOnly), path(tt.named)
 			rotest.ReadOnly(t, ro)
-			named := filepath.Join(dir, tt.named)
 			for _, load := range []bool{false, true} {
 				p, _, err := Plan(ctx, dir, PlanOptions{Load: load})
 				if err != nil {
 					t.Fatalf("Plan(load=%v): %v", load, err)
 				}
-				if !strings.HasPrefix(p.WriteProblem, named+" is not writable") || p.Refusal != "" {
-					t.Errorf("load=%v: write problem %q, refusal %q; want %s named not writable, no refusal", load, p.WriteProblem, p.Refusal, named)
+				if !strings.HasPrefix(p.WriteProblem, named+" is not writable") || !strings.Contains(p.WriteProblem, tt.why) || p.Refusal != "" {
+					t.Errorf("load=%v: write problem %q, refusal %q; want %s named not writable, with %q, no refusal", load, p.WriteProblem, p.Refusal, named, tt.why)
 				}
-				if tt.existing && (p.SnapshotUsed == nil || p.SnapshotUsed.Index != 20 || p.ReplayEntries != 20) {
-					t.Errorf("load=%v: snapshot %+v, %d entries to replay; want what the data makes of a restart", load, p.SnapshotUsed, p.ReplayEntries)
+				if tt.existing && (p.SnapshotUsed == nil || p.SnapshotUsed.Index != 20 || p.ReplayEntries != 20 || (p.WAL.TornBytes > 0) != tt.torn) {
+					t.Errorf("load=%v: snapshot %+v, %d entries to replay, %d torn bytes; want what the data makes of a restart", load, p.SnapshotUsed, p.ReplayEntries, p.WAL.TornBytes)
 				}
 			}
-			if s, err := Open(ctx, dir, testOptions()); err == nil {
+			s, err := Open(ctx, dir, testOptions())
+			if err == nil {
 				s.Close()
 				t.Fatalf("Open of a directory with %s read-only succeeded", ro)
+			}
+			if !strings.Contains(err.Error(), named) {
+				t.Errorf("Open: %v; want an error naming %s", err, named)
 			}
 		})
 	}

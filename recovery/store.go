@@ -153,7 +153,8 @@ type Store struct {
 // index (see the top of recover.go) and returns it ready for appends.
 // It fails, changing nothing but an interrupted snapshot's temporary file
 // and the WAL's torn tail, when the directory's history cannot be recovered
-// whole.
+// whole; and, before it opens the WAL, when this process cannot write the
+// snapshots directory.
 func Open(ctx context.Context, dir string, opts Options) (_ *Store, err error) {
 	if dir == "" {
 		// filepath.Clean would make it the current directory.
@@ -211,6 +212,14 @@ func Open(ctx context.Context, dir string, opts Options) (_ *Store, err error) {
 		s.report.Created = true
 	} else if err := os.MkdirAll(s.snapDir, 0o750); err != nil {
 		return nil, fmt.Errorf("data dir %s: %w", dir, err)
+	}
+	// Checked before the WAL is opened: a snapshots directory this process
+	// cannot write (a read-only mount, another owner) otherwise fails only
+	// at the first snapshot, after the node started serving and appending,
+	// and the WAL, never truncated, then grows until the disk is full.
+	// Plan reports it as a write problem with the same check.
+	if err := notWritable(s.snapDir); err != nil {
+		return nil, fmt.Errorf("data dir %s: %w: snapshots could not be written", dir, err)
 	}
 	s.initSpace()
 	if s.report.TempFilesRemoved, err = snapshot.CleanTemp(s.snapDir); err != nil {
