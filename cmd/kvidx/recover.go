@@ -220,7 +220,7 @@ func writePlanText(w io.Writer, p *recovery.RecoveryPlan) error {
 	case p.Refusal != "":
 		row("outcome", "REFUSE to start: "+p.Refusal)
 	case p.WriteProblem != "":
-		row("outcome", "FAIL to start (as this user): the data directory is not writable (above)")
+		row("outcome", "FAIL to start (as this user): a path it writes is not writable (above)")
 	default:
 		row("outcome", "a restart would recover")
 	}

@@ -489,7 +489,7 @@ func TestDryRunNotWritableTable(t *testing.T) {
 	}{
 		{"recover", []string{"recover", "--data-dir", dir}, true, "open lock file", ""},
 		{"dry run", []string{"recover", "--data-dir", dir, "--dry-run"}, true, "by this user would fail: " + walDir + " is not writable",
-			"outcome                FAIL to start (as this user): the data directory is not writable (above)"},
+			"outcome                FAIL to start (as this user): a path it writes is not writable (above)"},
 		{"dry run json", []string{"recover", "--data-dir", dir, "--dry-run", "--json"}, true, walDir + " is not writable", `  "write_problem": "` + walDir + ` is not writable`},
 		{"inspect", []string{"inspect", "summary", dir}, false, "restart would FAIL       " + walDir + " is not writable", "holder blocks            29"},
 		{"inspect json", []string{"inspect", "summary", dir, "--json"}, false, `"write_problem": "` + walDir + ` is not writable`, `  "holder_blocks": 29,`},
