@@ -265,7 +265,12 @@ func (r *Reader) readHead(tx *bolt.Tx) error {
 // Go heap", which no recover catches). FuzzFile found both. Every page must
 // lie within the file's pages, carry its own id, be a branch or a leaf page
 // whose elements lie within it, and be reached once; an inline bucket's
-// page must lie within its value.
+// page must lie within its value. A page's overflow pages (a page of
+// overflow n spans ids id to id+n) are its own: no element may name one and
+// no other page's run may cover one. Otherwise a page header forged in a
+// value's bytes (a chunk's data can hold anything) would be read as a page
+// of its own, and two overlapping runs would have bbolt read the same bytes
+// as two pages, which the checks of each page alone do not see.
 func (r *Reader) checkPages(tx *bolt.Tx) error {
 	f, err := os.Open(r.path)
 	if err != nil {
@@ -273,7 +278,8 @@ func (r *Reader) checkPages(tx *bolt.Tx) error {
 	}
 	defer f.Close()
 	ps := int64(tx.DB().Info().PageSize)
-	w := &pageWalker{r: r, f: f, ps: ps, end: tx.Size(), seen: map[int64]bool{}}
+	pages := tx.Size() / ps
+	w := &pageWalker{r: r, f: f, ps: ps, end: tx.Size(), seen: newBitset(pages), heads: newBitset(pages)}
 	var buckets [][]byte
 	if err := w.walk(int64(tx.Cursor().Bucket().Root()), 0, &buckets); err != nil {
 		return err
@@ -321,12 +327,22 @@ const (
 
 // pageWalker reads bbolt pages from the file for checkPages.
 type pageWalker struct {
-	r    *Reader
-	f    *os.File
-	ps   int64
-	end  int64 // bytes the meta's page count covers (at most the file's size)
-	seen map[int64]bool
+	r   *Reader
+	f   *os.File
+	ps  int64
+	end int64 // bytes the meta's page count covers (at most the file's size)
+	// Bitsets over the file's pages, not maps: the walk runs on every Open
+	// of files of hundreds of MB.
+	seen  bitset // every page of the runs walked: a page and its overflow pages
+	heads bitset // the first page of each run, to tell "reached twice" apart
 }
+
+// bitset is a set of page ids below a bound fixed when it is made.
+type bitset []uint64
+
+func newBitset(n int64) bitset    { return make(bitset, (n+63)/64) }
+func (b bitset) has(i int64) bool { return b[i/64]&(1<<(i%64)) != 0 }
+func (b bitset) set(i int64)      { b[i/64] |= 1 << (i % 64) }
 
 // walk checks page id and the pages under it; buckets, when not nil,
 // collects the values of the bucket elements of its leaves (the root
@@ -339,10 +355,14 @@ func (w *pageWalker) walk(id int64, depth int, buckets *[][]byte) error {
 	if id < 2 || id >= w.end/w.ps {
 		return corrupt(path, "page %d beyond the file's %d pages", id, w.end/w.ps)
 	}
-	if w.seen[id] {
+	if w.heads.has(id) {
 		return corrupt(path, "page %d reached twice", id)
 	}
-	w.seen[id] = true
+	if w.seen.has(id) {
+		return corrupt(path, "page %d lies within another page's overflow pages", id)
+	}
+	w.seen.set(id)
+	w.heads.set(id)
 	head := make([]byte, pageHeader)
 	if _, err := w.f.ReadAt(head, id*w.ps); err != nil {
 		return fmt.Errorf("snapshot %s: reading page %d: %w", path, id, err)
@@ -358,6 +378,15 @@ func (w *pageWalker) walk(id int64, depth int, buckets *[][]byte) error {
 		return corrupt(path, "page %d of %d bytes reaches past the file's pages", id, size)
 	case pageHeader+elementSize*count > size:
 		return corrupt(path, "page %d: %d elements do not fit in its %d bytes", id, count, size)
+	}
+	// The run lies within the file's pages (checked above). A page of the
+	// run walked before is caught here, one walked after by the checks
+	// above when it is reached.
+	for o := id + 1; o < id+size/w.ps; o++ {
+		if w.seen.has(o) {
+			return corrupt(path, "page %d of %d bytes overlaps page %d", id, size, o)
+		}
+		w.seen.set(o)
 	}
 	elems := make([]byte, elementSize*count)
 	if _, err := w.f.ReadAt(elems, id*w.ps+pageHeader); err != nil {
