@@ -35,6 +35,9 @@
 //     ranks it fed its recorded worker id and is forgotten
 //     ([ForgetRemovedZMQ], also before any source applies anything); one
 //     from before the worker id was recorded is only warned about.
+//   - Neither clear touches a (worker id, DP rank) that a configured
+//     endpoint fed too and still feeds (the index cannot tell whose blocks
+//     are whose; see stillFed in zmq_reconcile.go).
 //   - Bad input never stops a source: each kind is counted per reason
 //     ([SourceStats].Errors) and logged at most once per interval, and a
 //     batch that does not decode clears the worker.

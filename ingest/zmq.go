@@ -50,7 +50,9 @@ package ingest
 // otherwise) clears, with [ForgetRemovedZMQ] (before any source applies
 // anything too), the DP ranks it fed its recorded worker id, with the same
 // positions but "#worker" (kept): it is forgotten, and a later start finds
-// nothing to clear.
+// nothing to clear. Neither clears a rank of the id that a configured
+// endpoint fed too and still feeds (two endpoints given one worker id, or
+// one spelled two ways): its blocks are kept (see stillFed).
 //
 // A lost sequence 0 after an engine restart (the first batches published
 // before the SUB reconnected) is told by the ts of the new engine's next

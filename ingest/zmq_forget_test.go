@@ -13,6 +13,7 @@ import (
 const (
 	forgetLog     = "is no longer configured: cleared"
 	forgetWarnLog = "DELETE /v1/workers/ID"
+	keptLog       = "kept those ranks' blocks"
 )
 
 // An endpoint configured at an earlier start of kvidx and not now (removed,
@@ -22,23 +23,49 @@ const (
 // which a configured endpoint may feed) and marks it forgotten, so that a
 // second start clears nothing more and a later re-add starts from nothing.
 // A WAL from before the worker id was recorded cannot be cleared: a
-// warning names the way out, and nothing changes.
+// warning names the way out, and nothing changes. A DP rank of the id that
+// B, configured, fed too is not cleared (the clear wiped B's blocks with
+// A's, which B's engine still holds), nor the id removed when A's ranks
+// are unknown and B feeds one of the id's.
 func TestZMQRemovedEndpoint(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		// bID and bRank: the worker id and DP rank endpoint B (kept
 		// configured) feeds; A feeds worker 7, ranks 0 and 1.
 		bID, bRank uint64
-		preRecord  bool // the WAL holds no "#worker" position of A
-		rename     bool // A is configured again, spelled otherwise
-		readd      bool // A is configured again at a third start
-		replay     bool // A has a replay endpoint
-		held       map[uint64][]uint64
-		forgetLogs int
-		warnings   int // over the two starts without A
+		// bSpelling: B is A's endpoint spelled otherwise (one engine,
+		// both spellings configured together at the first start).
+		bSpelling bool
+		// bNewID: B's worker id at the starts without A (0: bID), and
+		// reconcileFirst: ReconcileZMQ runs before ForgetRemovedZMQ.
+		bNewID         uint64
+		reconcileFirst bool
+		preRecord      bool // the WAL holds no "#worker" position of A
+		ranksUnknown   bool // the WAL holds no "#dp" or "#ranks" position of A
+		rename         bool // A is configured again, spelled otherwise
+		readd          bool // A is configured again at a third start
+		replay         bool // A has a replay endpoint
+		held           map[uint64][]uint64
+		workers        []engine.WorkerBlocks // nil: not checked
+		forgetLogs     int
+		keptLogs       int
+		warnings       int // over the two starts without A
 	}{
 		{name: "removed", bID: 8, held: map[uint64][]uint64{10: nil, 20: nil, 50: {8}}, forgetLogs: 1},
-		{name: "other ranks of the id kept", bID: 7, bRank: 2, held: map[uint64][]uint64{10: nil, 20: nil, 50: {7}}, forgetLogs: 1},
+		{name: "other ranks of the id kept", bID: 7, bRank: 2, held: map[uint64][]uint64{10: nil, 20: nil, 50: {7}},
+			workers: []engine.WorkerBlocks{{Worker: engine.WorkerKey{WorkerID: 7, DPRank: 2}, Blocks: 1}}, forgetLogs: 1},
+		// Rank 0 of worker 7 is fed by B too: kept (A's block with it,
+		// which the index cannot tell from B's); rank 1 is A's alone.
+		{name: "rank fed by a configured endpoint too", bID: 7, held: map[uint64][]uint64{10: {7}, 20: nil, 50: {7}},
+			workers: []engine.WorkerBlocks{{Worker: engine.WorkerKey{WorkerID: 7}, Blocks: 2}}, forgetLogs: 1, keptLogs: 1},
+		{name: "rank fed by the other spelling", bID: 7, bSpelling: true, held: map[uint64][]uint64{10: {7}, 20: nil, 50: {7}},
+			workers: []engine.WorkerBlocks{{Worker: engine.WorkerKey{WorkerID: 7}, Blocks: 2}}, forgetLogs: 1, keptLogs: 1},
+		// B feeds another id now: its ranks of 7 are forgotten, so A's
+		// are cleared whichever of the two calls comes first.
+		{name: "rank fed by a configured endpoint whose id changed", bID: 7, bNewID: 9, held: map[uint64][]uint64{10: nil, 20: nil, 50: nil}, forgetLogs: 1},
+		{name: "rank fed by a configured endpoint whose id changed, reconciled first", bID: 7, bNewID: 9, reconcileFirst: true, held: map[uint64][]uint64{10: nil, 20: nil, 50: nil}, forgetLogs: 1},
+		{name: "ranks unknown, id fed by a configured endpoint", bID: 7, bRank: 2, ranksUnknown: true, held: map[uint64][]uint64{10: {7}, 20: {7}, 50: {7}}, warnings: 1},
+		{name: "ranks unknown, id fed by no configured endpoint", bID: 8, ranksUnknown: true, held: map[uint64][]uint64{10: nil, 20: nil, 50: {8}}},
 		{name: "WAL without the worker id", bID: 8, preRecord: true, held: map[uint64][]uint64{10: {7}, 20: {7}, 50: {8}}, warnings: 2},
 		{name: "renamed", bID: 8, rename: true, held: map[uint64][]uint64{10: nil, 20: nil, 30: {7}, 50: {8}}, forgetLogs: 1},
 		{name: "re-added", bID: 8, readd: true, held: map[uint64][]uint64{10: nil, 20: nil, 30: {7}, 50: {8}}, forgetLogs: 1},
@@ -55,12 +82,24 @@ func TestZMQRemovedEndpoint(t *testing.T) {
 				specA.Replay = eA.repEP
 			}
 			specB := ZMQSpec{Endpoint: eB.pubEP, WorkerID: tc.bID}
+			if tc.bSpelling {
+				specB.Endpoint = strings.Replace(specA.Endpoint, "127.0.0.1", "localhost", 1)
+				eB = eA
+			}
 			b := NewZMQSource(specB, st, testOptions())
 			stop := runUntilCancelled(t, ctx, b)
 			feedUntil(t, eB, b, 0, storedOnRank(tc.bRank, 200, 50))
 			stop()
+			nameA := SourceName(eA.pubEP)
 			if tc.preRecord {
-				st.pos = slices.DeleteFunc(st.pos, func(p wal.Position) bool { return p.Source == SourceName(eA.pubEP)+workerMark })
+				st.pos = slices.DeleteFunc(st.pos, func(p wal.Position) bool { return p.Source == nameA+workerMark })
+			}
+			if tc.ranksUnknown {
+				// As a kvidx that recorded the worker id but (after an
+				// upgrade from one that recorded no rank) none of A's ranks.
+				st.pos = slices.DeleteFunc(st.pos, func(p wal.Position) bool {
+					return strings.HasPrefix(p.Source, nameA+rankMark) || p.Source == nameA+ranksMark
+				})
 			}
 			eA.mu.Lock()
 			eA.requests = nil
@@ -76,13 +115,24 @@ func TestZMQRemovedEndpoint(t *testing.T) {
 				for _, spec := range specs {
 					srcs = append(srcs, NewZMQSource(spec, st, opts))
 				}
-				if err := ForgetRemovedZMQ(ctx, st, opts, srcs...); err != nil {
-					t.Fatalf("ForgetRemovedZMQ: %v", err)
+				forget := func() {
+					if err := ForgetRemovedZMQ(ctx, st, opts, srcs...); err != nil {
+						t.Fatalf("ForgetRemovedZMQ: %v", err)
+					}
+				}
+				if !tc.reconcileFirst {
+					forget()
 				}
 				if err := ReconcileZMQ(ctx, srcs...); err != nil {
 					t.Fatalf("ReconcileZMQ: %v", err)
 				}
+				if tc.reconcileFirst {
+					forget()
+				}
 				return srcs
+			}
+			if tc.bNewID != 0 {
+				specB.WorkerID = tc.bNewID
 			}
 			specs := []ZMQSpec{specB}
 			if tc.rename {
@@ -119,6 +169,9 @@ func TestZMQRemovedEndpoint(t *testing.T) {
 			if got := strings.Count(logs.String(), forgetLog); got != tc.forgetLogs {
 				t.Errorf("%d log lines of a forgotten endpoint, want %d:\n%s", got, tc.forgetLogs, logs.String())
 			}
+			if got := strings.Count(logs.String(), keptLog); got != tc.keptLogs {
+				t.Errorf("%d log lines of ranks kept, want %d:\n%s", got, tc.keptLogs, logs.String())
+			}
 			if got := strings.Count(logs.String(), forgetWarnLog); got != tc.warnings {
 				t.Errorf("%d warnings of an endpoint that cannot be cleared, want %d:\n%s", got, tc.warnings, logs.String())
 			}
@@ -127,11 +180,8 @@ func TestZMQRemovedEndpoint(t *testing.T) {
 					t.Errorf("replays asked from %v, want from 0", got)
 				}
 			}
-			if tc.bID == 7 {
-				want := []engine.WorkerBlocks{{Worker: engine.WorkerKey{WorkerID: 7, DPRank: uint32(tc.bRank)}, Blocks: 1}}
-				if got := st.ix.Workers(); !slices.Equal(got, want) {
-					t.Errorf("workers %v, want %v", got, want)
-				}
+			if got := st.ix.Workers(); tc.workers != nil && !slices.Equal(got, tc.workers) {
+				t.Errorf("workers %v, want %v", got, tc.workers)
 			}
 		})
 	}

@@ -16,16 +16,104 @@ import (
 // it ([ZMQSource.Reconcile]) before any of them runs: a source whose
 // endpoint now feeds another worker id clears what it fed the old one, and
 // when two endpoints swap their ids, a source that started first would
-// otherwise apply batches the other's clear then wiped. It returns an error
-// only when ctx ends (then some sources may be left unreconciled, which the
-// next start does).
+// otherwise apply batches the other's clear then wiped. A DP rank of the
+// old id that another of srcs fed too and feeds still (two endpoints
+// configured with one worker id, or two spellings of one endpoint) is not
+// cleared: see [stillFed]. It returns an error only when ctx ends (then
+// some sources may be left unreconciled, which the next start does).
 func ReconcileZMQ(ctx context.Context, srcs ...*ZMQSource) error {
 	for _, s := range srcs {
-		if err := s.Reconcile(ctx); err != nil {
+		if err := s.reconcile(ctx, feeding(srcs, s.name)); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// stillFed is what configured sources go on feeding, as the WAL records
+// it: keys holds each (worker id, DP rank) a source fed and feeds still,
+// whole each worker id a source feeds whose ranks fed are not recorded (a
+// WAL from before ranks were recorded, see ranksUnknown: any rank of the
+// id may hold its blocks), each with the endpoints feeding it.
+//
+// A clear of what an endpoint fed (a removed one's, [ForgetRemovedZMQ]; a
+// changed worker id's, [ReconcileZMQ]) keeps the blocks of those keys,
+// while it still forgets the endpoint's positions. The index holds one set
+// of blocks per key, not one per endpoint: it cannot tell the cleared
+// endpoint's blocks from the configured one's, and clearing the key wiped
+// the configured engine's too, which that engine still holds and never
+// announces again (it sends one BlockStored per block stored), so matches
+// lost them for good. Kept, the blocks both fed (all of them when the two
+// endpoints are one engine, spelled two ways) go as the configured engine
+// removes them, and any the cleared endpoint alone stored go at that
+// engine's next clear (a restart, a gap, an undecodable batch): stale
+// credit for a while rather than a live engine's blocks lost. The keys the
+// cleared endpoint fed alone are still cleared.
+type stillFed struct {
+	keys  map[engine.WorkerKey][]string
+	whole map[uint64][]string
+}
+
+// feeding returns what srcs, but the source named skip, go on feeding (see
+// stillFed). A source feeds still the "#dp" ranks the WAL records it fed
+// when its recorded worker id is its configured one, or none is recorded
+// (which Reconcile leaves as is); one whose id changed forgets those ranks
+// at its Reconcile, so it feeds none of them, whether that Reconcile ran
+// already or not (the answer does not depend on the order of the calls).
+func feeding(srcs []*ZMQSource, skip string) stillFed {
+	f := stillFed{keys: map[engine.WorkerKey][]string{}, whole: map[uint64][]string{}}
+	for _, s := range srcs {
+		if s.name == skip {
+			continue
+		}
+		// A copy restored from the store: s itself is restored by its own
+		// Reconcile, or by Run.
+		o := NewZMQSource(s.spec, s.store, s.opts)
+		o.restore()
+		if o.haveWorker && o.worker != o.spec.WorkerID {
+			continue
+		}
+		w := o.spec.WorkerID
+		if o.ranksUnknown {
+			f.whole[w] = append(f.whole[w], o.spec.Endpoint)
+			continue
+		}
+		for r := range o.ranks {
+			k := engine.WorkerKey{WorkerID: w, DPRank: r}
+			f.keys[k] = append(f.keys[k], o.spec.Endpoint)
+		}
+	}
+	return f
+}
+
+// split returns the ranks of worker that no configured source feeds (to
+// clear) and those one does (kept), with the endpoints feeding the kept
+// ones, sorted. ranks is sorted.
+func (f stillFed) split(worker uint64, ranks []uint32) (cleared, kept []uint32, by []string) {
+	for _, r := range ranks {
+		eps := f.keys[engine.WorkerKey{WorkerID: worker, DPRank: r}]
+		if len(eps) == 0 && len(f.whole[worker]) == 0 {
+			cleared = append(cleared, r)
+			continue
+		}
+		kept = append(kept, r)
+		by = append(append(by, eps...), f.whole[worker]...)
+	}
+	slices.Sort(by)
+	return cleared, kept, slices.Compact(by)
+}
+
+// feedersOf returns the endpoints feeding any rank of worker, sorted: a
+// WorkerRemoved of it would wipe their blocks.
+func (f stillFed) feedersOf(worker uint64) []string {
+	by := slices.Clone(f.whole[worker])
+	for k, eps := range f.keys {
+		if k.WorkerID == worker {
+			by = append(by, eps...)
+		}
+	}
+	slices.Sort(by)
+	return slices.Compact(by)
 }
 
 // ForgetRemovedZMQ clears what the endpoints the store records positions
@@ -39,8 +127,13 @@ func ReconcileZMQ(ctx context.Context, srcs ...*ZMQSource) error {
 // [ZMQSource.Reconcile] does) and the positions that mark the endpoint
 // forgotten: its ranks forgotten, its sequence voided ("#reset"), ts and
 // groups reset. So a later start clears nothing more, and a later re-add
-// of the endpoint starts from nothing, as after a changed worker id. Each
-// endpoint cleared is logged (Info). An endpoint of a WAL from before
+// of the endpoint starts from nothing, as after a changed worker id. A DP
+// rank one of srcs fed too and feeds still (two spellings of one endpoint
+// configured together once, two endpoints given one worker id) is not
+// cleared, nor the worker id removed when one of srcs feeds any of its
+// ranks: see [stillFed]; the endpoint is forgotten all the same. Each
+// endpoint cleared, and each whose blocks are kept so, is logged (Info; a
+// Warn when the worker id is kept whole). An endpoint of a WAL from before
 // kvidx recorded the worker id cannot be cleared (which id it fed is not
 // known): it is named in a Warn, and DELETE /v1/workers/ID removes its
 // blocks. A refused append is retried with backoff; ForgetRemovedZMQ
@@ -48,6 +141,7 @@ func ReconcileZMQ(ctx context.Context, srcs ...*ZMQSource) error {
 // the next start). Call it, like [ReconcileZMQ], before any source runs.
 func ForgetRemovedZMQ(ctx context.Context, store Store, opts ZMQOptions, srcs ...*ZMQSource) error {
 	_, positions := store.Applied()
+	fed := feeding(srcs, "")
 	var unknown []string
 	for _, name := range removedSources(positions, srcs) {
 		f := NewZMQSource(ZMQSpec{Endpoint: strings.TrimPrefix(name, "zmq:")}, store, opts)
@@ -57,7 +151,7 @@ func ForgetRemovedZMQ(ctx context.Context, store Store, opts ZMQOptions, srcs ..
 			unknown = append(unknown, f.spec.Endpoint)
 			continue
 		}
-		if err := f.forget(ctx); err != nil {
+		if err := f.forget(ctx, fed); err != nil {
 			return err
 		}
 	}
@@ -135,26 +229,20 @@ func baseSource(source string) string {
 }
 
 // forget clears what the endpoint, followed no more, fed its recorded
-// worker id and marks it forgotten (see [ForgetRemovedZMQ]), unless it is
-// already: nothing fed, its sequence voided. The source's state is the
-// store's (restore) and its worker id recorded (haveWorker).
-func (s *ZMQSource) forget(ctx context.Context) error {
+// worker id, but the keys the configured sources still feed (fed), and
+// marks it forgotten (see [ForgetRemovedZMQ]), unless it is already:
+// nothing fed, its sequence voided. The source's state is the store's
+// (restore) and its worker id recorded (haveWorker).
+func (s *ZMQSource) forget(ctx context.Context, fed stillFed) error {
 	var ranks []uint32
 	for r := range s.ranks {
 		ranks = append(ranks, r)
 	}
 	slices.Sort(ranks)
-	var events []engine.Event
-	switch {
-	case s.ranksUnknown:
-		events = []engine.Event{{Worker: engine.WorkerKey{WorkerID: s.worker}, Kind: engine.KindWorkerRemoved}}
-	case len(ranks) == 0 && s.reset:
+	if len(ranks) == 0 && s.reset && !s.ranksUnknown {
 		return nil // forgotten already
-	default:
-		for _, r := range ranks {
-			events = append(events, engine.Event{Worker: engine.WorkerKey{WorkerID: s.worker, DPRank: r}, Kind: engine.KindCleared})
-		}
 	}
+	events, cleared, kept, by := fed.clearOf(s.worker, ranks, s.ranksUnknown)
 	forgotten := make([]wal.Position, 0, len(ranks)+4)
 	forgotten = append(forgotten,
 		wal.Position{Source: s.name + resetMark, Seq: 1},
@@ -169,14 +257,43 @@ func (s *ZMQSource) forget(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	if s.ranksUnknown {
+	switch {
+	case s.ranksUnknown && len(by) > 0:
+		s.log.Warn("zmq endpoint recorded in the WAL is no longer configured, and configured endpoints feed DP ranks of the worker id it fed: kept that id's blocks (which of its ranks the endpoint fed is not recorded, and removing the id would wipe the blocks of the configured engines, which still hold them); what it fed on ranks no configured endpoint feeds stays until the id is removed (DELETE /v1/workers/ID, which removes the configured endpoints' blocks too); the endpoint is forgotten",
+			"endpoint", s.spec.Endpoint, "old_worker_id", s.worker, "fed_by", by)
+	case s.ranksUnknown:
 		s.log.Info("zmq endpoint recorded in the WAL is no longer configured: removed the worker id it fed (which of its DP ranks it fed is not recorded); the endpoint is forgotten",
 			"endpoint", s.spec.Endpoint, "old_worker_id", s.worker)
-		return nil
+	default:
+		if len(by) > 0 {
+			s.log.Info("zmq endpoint recorded in the WAL is no longer configured, and configured endpoints fed DP ranks of its worker id that it fed too: kept those ranks' blocks (the index cannot tell whose they are, and the configured engines still hold theirs; the stale ones go as those engines remove blocks, or at their next clear)",
+				"endpoint", s.spec.Endpoint, "old_worker_id", s.worker, "kept_dp_ranks", kept, "fed_by", by)
+		}
+		s.log.Info("zmq endpoint recorded in the WAL is no longer configured: cleared the DP ranks it fed its worker id; the endpoint is forgotten",
+			"endpoint", s.spec.Endpoint, "old_worker_id", s.worker, "cleared_dp_ranks", cleared)
 	}
-	s.log.Info("zmq endpoint recorded in the WAL is no longer configured: cleared the DP ranks it fed its worker id; the endpoint is forgotten",
-		"endpoint", s.spec.Endpoint, "old_worker_id", s.worker, "cleared_dp_ranks", ranks)
 	return nil
+}
+
+// clearOf returns the events that forget what an endpoint fed worker:
+// ranks, or the whole id when ranksUnknown. The ranks the configured
+// sources still feed are kept (see stillFed), and with ranksUnknown the
+// id is removed only when none of them feeds any of its ranks (a
+// WorkerRemoved would wipe theirs; which ranks the endpoint fed is not
+// known, so none can be cleared alone). It returns too the ranks cleared
+// and kept, and the endpoints feeding the kept ones (none: nothing kept).
+func (f stillFed) clearOf(worker uint64, ranks []uint32, ranksUnknown bool) (events []engine.Event, cleared, kept []uint32, by []string) {
+	if ranksUnknown {
+		if by = f.feedersOf(worker); len(by) > 0 {
+			return nil, nil, nil, by
+		}
+		return []engine.Event{{Worker: engine.WorkerKey{WorkerID: worker}, Kind: engine.KindWorkerRemoved}}, nil, nil, nil
+	}
+	cleared, kept, by = f.split(worker, ranks)
+	for _, r := range cleared {
+		events = append(events, engine.Event{Worker: engine.WorkerKey{WorkerID: worker, DPRank: r}, Kind: engine.KindCleared})
+	}
+	return events, cleared, kept, by
 }
 
 // Reconcile reads the source's state from the store and, when the worker
@@ -194,8 +311,16 @@ func (s *ZMQSource) forget(ctx context.Context) error {
 // after it (or a crash before the first batch) finds the same state. A
 // refused append is retried with backoff; Reconcile returns an error only
 // when ctx ends. [ZMQSource.Run] calls it; with several sources on one
-// store, call [ReconcileZMQ] for all of them before running any.
+// store, call [ReconcileZMQ] for all of them before running any (which
+// also keeps the blocks of the old id's ranks another of them still feeds).
 func (s *ZMQSource) Reconcile(ctx context.Context) error {
+	return s.reconcile(ctx, stillFed{})
+}
+
+// reconcile is Reconcile, but the old id's ranks that other configured
+// sources still feed (fed) are not cleared (forgotten all the same, as
+// this endpoint feeds them no more): see [stillFed].
+func (s *ZMQSource) reconcile(ctx context.Context, fed stillFed) error {
 	s.restore()
 	if !s.haveWorker || s.worker == s.spec.WorkerID {
 		return nil
@@ -210,7 +335,11 @@ func (s *ZMQSource) Reconcile(ctx context.Context) error {
 	}
 	slices.Sort(ranks)
 	ranks = slices.Compact(ranks)
-	events := make([]engine.Event, len(ranks))
+	// With the ranks the endpoint fed the old id unknown (a WAL from
+	// before ranks were recorded), events removes the old id, as a clear
+	// removes it then, unless another source feeds ranks of it (clearOf).
+	wasUnknown := s.ranksUnknown
+	events, cleared, kept, by := fed.clearOf(old, ranks, wasUnknown)
 	reset := make([]wal.Position, 0, len(ranks)+5)
 	reset = append(reset,
 		wal.Position{Source: s.name + workerMark, Seq: s.spec.WorkerID},
@@ -218,15 +347,8 @@ func (s *ZMQSource) Reconcile(ctx context.Context) error {
 		wal.Position{Source: s.name + tsMark, Seq: 0},
 		wal.Position{Source: s.name + groupsMark, Seq: 0},
 		wal.Position{Source: s.name + ranksMark, Seq: 1})
-	for i, r := range ranks {
-		events[i] = engine.Event{Worker: engine.WorkerKey{WorkerID: old, DPRank: r}, Kind: engine.KindCleared}
+	for _, r := range ranks {
 		reset = append(reset, wal.Position{Source: s.rankPosition(r).Source, Seq: 0})
-	}
-	if s.ranksUnknown {
-		// The ranks the endpoint fed the old id are unknown (a WAL from
-		// before ranks were recorded): the old id goes, as a clear
-		// removes it then.
-		events = []engine.Event{{Worker: engine.WorkerKey{WorkerID: old}, Kind: engine.KindWorkerRemoved}}
 	}
 	if _, err := s.appendRetrying(ctx, events, reset, func() string {
 		return fmt.Sprintf("clearing worker %d, which endpoint %s fed before its worker id became %d", old, s.spec.Endpoint, s.spec.WorkerID)
@@ -248,7 +370,16 @@ func (s *ZMQSource) Reconcile(ctx context.Context) error {
 	if s.spec.Replay != "" {
 		from = "a replay from sequence 0"
 	}
+	switch {
+	case wasUnknown && len(by) > 0:
+		s.log.Warn("zmq endpoint's worker id changed since the WAL recorded it, and other configured endpoints feed DP ranks of the old id: kept the old id's blocks (which of its ranks the endpoint fed is not recorded, and removing the id would wipe the blocks of the other engines, which still hold them); what it fed on ranks no configured endpoint feeds stays until the id is removed (DELETE /v1/workers/ID, which removes the other endpoints' blocks too); the new id starts from nothing, with "+from,
+			"old_worker_id", old, "fed_by", by)
+		return nil
+	case len(by) > 0:
+		s.log.Info("zmq endpoint's worker id changed since the WAL recorded it, and other configured endpoints fed DP ranks of the old id that it fed too: kept those ranks' blocks (the index cannot tell whose they are, and the other engines still hold theirs; the stale ones go as those engines remove blocks, or at their next clear)",
+			"old_worker_id", old, "kept_dp_ranks", kept, "fed_by", by)
+	}
 	s.log.Info("zmq endpoint's worker id changed since the WAL recorded it: cleared what it fed the old id; the new id starts from nothing, with "+from,
-		"old_worker_id", old, "cleared_dp_ranks", ranks)
+		"old_worker_id", old, "cleared_dp_ranks", cleared)
 	return nil
 }

@@ -213,6 +213,90 @@ func TestZMQWorkerIDSwap(t *testing.T) {
 	}
 }
 
+const keptIDLog = "other configured endpoints fed DP ranks of the old id that it fed too"
+
+// A restart of kvidx that gives A another worker id (7 to 8) while B, fed
+// the old id before and configured with it still, fed a DP rank A fed too
+// (two endpoints given one worker id, or two spellings of one endpoint):
+// A's clear of that rank wiped B's blocks, which B's engine still holds.
+// The rank is kept (the index cannot tell A's blocks from B's), A's other
+// ranks are cleared, and neither depends on which source reconciles first;
+// a B whose id changed too feeds none of them. With A's ranks unknown the
+// old id is not removed while B feeds any rank of it.
+func TestZMQWorkerIDChangeSharedRank(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// bRank: the rank of worker 7 B fed; bID: B's worker id at the
+		// restart.
+		bRank, bID   uint64
+		ranksUnknown bool // the WAL holds no "#dp" or "#ranks" position of A
+		held         map[uint64][]uint64
+		keptLogs     int
+		warnings     int
+	}{
+		{name: "rank fed by both", bID: 7, held: map[uint64][]uint64{10: {7}, 20: nil, 50: {7}}, keptLogs: 1},
+		{name: "other rank", bRank: 2, bID: 7, held: map[uint64][]uint64{10: nil, 20: nil, 50: {7}}},
+		{name: "B's id changed too", bID: 9, held: map[uint64][]uint64{10: nil, 20: nil, 50: nil}},
+		{name: "ranks unknown", bRank: 2, bID: 7, ranksUnknown: true, held: map[uint64][]uint64{10: {7}, 20: {7}, 50: {7}}, warnings: 1},
+	} {
+		for _, order := range []string{"A first", "B first"} {
+			t.Run(tc.name+", "+order, func(t *testing.T) {
+				ctx := t.Context()
+				eA, eB := newFakeEngine(t, ctx), newFakeEngine(t, ctx)
+				st := oldIDFed(t, ctx, eA, false)
+				b := NewZMQSource(ZMQSpec{Endpoint: eB.pubEP, WorkerID: 7}, st, testOptions())
+				stop := runUntilCancelled(t, ctx, b)
+				feedUntil(t, eB, b, 0, storedOnRank(tc.bRank, 200, 50))
+				stop()
+				if tc.ranksUnknown {
+					nameA := SourceName(eA.pubEP)
+					st.pos = slices.DeleteFunc(st.pos, func(p wal.Position) bool {
+						return strings.HasPrefix(p.Source, nameA+rankMark) || p.Source == nameA+ranksMark
+					})
+				}
+
+				var logs syncBuffer
+				opts := testOptions()
+				opts.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+				srcs := []*ZMQSource{
+					NewZMQSource(ZMQSpec{Endpoint: eA.pubEP, WorkerID: 8}, st, opts),
+					NewZMQSource(ZMQSpec{Endpoint: eB.pubEP, WorkerID: tc.bID}, st, opts),
+				}
+				if order == "B first" {
+					slices.Reverse(srcs)
+				}
+				if err := ReconcileZMQ(ctx, srcs...); err != nil {
+					t.Fatal(err)
+				}
+				for _, tok := range []uint64{10, 20, 50} {
+					if got := heldBy(st, tok); !slices.Equal(got, tc.held[tok]) {
+						t.Errorf("block of tokens %d held by workers %v, want %v", tok, got, tc.held[tok])
+					}
+				}
+				if got := strings.Count(logs.String(), keptIDLog); got != tc.keptLogs {
+					t.Errorf("%d log lines of ranks kept, want %d:\n%s", got, tc.keptLogs, logs.String())
+				}
+				if got := strings.Count(logs.String(), "DELETE /v1/workers/ID"); got != tc.warnings {
+					t.Errorf("%d warnings of the old id kept, want %d:\n%s", got, tc.warnings, logs.String())
+				}
+				// A's positions are forgotten all the same: it starts from
+				// nothing, and a second start changes nothing.
+				n, pos := st.Applied()
+				a := NewZMQSource(ZMQSpec{Endpoint: eA.pubEP, WorkerID: 8}, st, opts)
+				if err := ReconcileZMQ(ctx, a); err != nil {
+					t.Fatal(err)
+				}
+				if a.Stats().HasSeq || len(a.ranks) != 0 {
+					t.Errorf("A after the reconcile: sequence recorded %v, ranks %v; want nothing", a.Stats().HasSeq, a.ranks)
+				}
+				if again, _ := st.Applied(); again != n || !slices.Equal(st.pos, pos) {
+					t.Errorf("a second start appended again (%d appends) or moved positions", again-n)
+				}
+			})
+		}
+	}
+}
+
 // refusingStore refuses appends while refuse is above 0 (counting down) or
 // below 0 (for ever), as a store low on space or fenced does.
 type refusingStore struct {
