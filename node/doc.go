@@ -6,8 +6,10 @@
 // (package recovery) satisfies: an [engine.Index] to query, Append to log
 // and apply a batch of events atomically, Snapshot, and WAL bookkeeping.
 // [Server] is built before recovery finishes and reports "recovering" on
-// /readyz until [Server.SetStore] hands it the store; a write or fsync
-// failure in the WAL fences it (ingest answers 503, queries keep working).
+// /readyz until [Server.SetStore] hands it the store ([Server.SetStorePreparing]
+// keeps it starting, ingest refused, until appends that must come first
+// have landed); a write or fsync failure in the WAL fences it (ingest
+// answers 503, queries keep working).
 // A store that pauses appends on a nearly full disk gets 503s with
 // Retry-After instead, and a snapshot (see spaceGuard).
 //

@@ -481,6 +481,101 @@ func TestSourcesStopBeforeFinalSnapshot(t *testing.T) {
 	})
 }
 
+// TestSetStorePreparing: while the appends that must come first (serve's
+// clears of what ZMQ endpoints fed worker ids they feed no more) have not
+// landed, the server answers queries but refuses event posts and deletes
+// with a 503 to retry, and /readyz is not ready: an event posted then for
+// such a worker id was acknowledged and then cleared with it. Once they
+// have landed the server is ready, then runs, and events are taken.
+func TestSetStorePreparing(t *testing.T) {
+	srv := New(Config{Logger: quietLogger()})
+	st := newFakeStore()
+	fed := engine.Event{Worker: engine.WorkerKey{WorkerID: 1}, Kind: engine.KindStored, Blocks: []engine.Block{{BlockHash: 1001, TokensHash: 1}}}
+	if _, _, err := st.Append(context.Background(), []engine.Event{fed}, nil); err != nil {
+		t.Fatal(err)
+	}
+	url, stop := startRun(t, srv)
+	e := &testEnv{srv: srv, store: st, url: url}
+	release := make(chan struct{})
+	var then atomic.Bool
+	srv.SetStorePreparing(st, "clearing old worker ids", func(ctx context.Context) error {
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		cleared := engine.Event{Worker: engine.WorkerKey{WorkerID: 1}, Kind: engine.KindCleared}
+		_, _, err := srv.SourceStore(st).Append(ctx, []engine.Event{cleared}, nil)
+		return err
+	}, func() { then.Store(true) })
+
+	r := e.do(t, "POST", "/v1/events", stored(1, 1, "null", 7)).want(t, 503)
+	if r.header.Get("Retry-After") != "1" || !bytes.Contains(r.body, []byte("not ready: clearing old worker ids")) {
+		t.Errorf("event post while preparing: Retry-After %q, %s; want 1 and the reason", r.header.Get("Retry-After"), r.body)
+	}
+	e.do(t, "DELETE", "/v1/workers/1", "").want(t, 503)
+	if r := e.do(t, "GET", "/readyz", "").want(t, 503); !bytes.Contains(r.body, []byte(`"status":"starting"`)) || !bytes.Contains(r.body, []byte("clearing old worker ids")) {
+		t.Errorf("readyz while preparing: %s", r.body)
+	}
+	e.do(t, "POST", "/v1/match", `{"local_hashes":[1]}`).want(t, 200)
+	if appends, _ := st.counts(); appends != 1 || then.Load() {
+		t.Fatalf("while preparing: %d appends, then ran %v; want only the one before, and not", appends, then.Load())
+	}
+
+	close(release)
+	waitFor(t, "ready, and then run", func() bool {
+		resp, err := http.Get(url + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200 && then.Load()
+	})
+	e.do(t, "POST", "/v1/events", stored(1, 2, "null", 7)).want(t, 200)
+	var m matchAnswer
+	e.do(t, "POST", "/v1/match", `{"local_hashes":[7]}`).want(t, 200).decode(t, &m)
+	if len(m.Scores) != 1 || m.Scores[0].WorkerID != 1 || m.Scores[0].MatchedBlocks != 1 {
+		t.Errorf("match of the block posted once ready: %+v", m)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A shutdown while the store is being prepared ends prepare's context and
+// is clean: then does not run, and the final snapshot, taken once prepare
+// has returned, covers what it appended (the next start replays nothing).
+func TestShutdownWhilePreparing(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.FinalSnapshot = true
+	cfg.Logger = quietLogger()
+	srv := New(cfg)
+	st := newFakeStore()
+	_, stop := startRun(t, srv)
+	var returned, then atomic.Bool
+	srv.SetStorePreparing(st, "clearing old worker ids", func(ctx context.Context) error {
+		defer returned.Store(true)
+		cleared := engine.Event{Worker: engine.WorkerKey{WorkerID: 1}, Kind: engine.KindCleared}
+		if _, _, err := srv.SourceStore(st).Append(ctx, []engine.Event{cleared}, nil); err != nil {
+			return err
+		}
+		<-ctx.Done()
+		return ctx.Err()
+	}, func() { then.Store(true) })
+	waitFor(t, "prepare's append", func() bool { a, _ := st.counts(); return a == 1 })
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v, want a clean shutdown", err)
+	}
+	if !returned.Load() || then.Load() {
+		t.Fatalf("after the shutdown: prepare returned %v, then ran %v; want true, false", returned.Load(), then.Load())
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.snaps != 1 || st.snapIndex != st.index {
+		t.Fatalf("%d snapshots, the last at %d, last append %d: want the final one covering it", st.snaps, st.snapIndex, st.index)
+	}
+}
+
 // gatedStore is a fakeStore whose appends wait until gate is closed.
 type gatedStore struct {
 	*fakeStore

@@ -23,8 +23,9 @@ type Phase int
 
 // The phases.
 const (
-	// Starting: no store yet (recovery is running); only /healthz,
-	// /readyz and /metrics answer 200.
+	// Starting: no store yet (recovery is running), when only /healthz,
+	// /readyz and /metrics answer 200; or a store being prepared (see
+	// SetStorePreparing), when queries are answered too, but not ingest.
 	Starting Phase = iota
 	// Ready: the store is serving ingest and queries.
 	Ready
@@ -116,6 +117,39 @@ func (s *Server) Metrics() *Metrics { return s.metrics }
 // SetStore hands the server its store and makes it Ready (unless it is
 // already fenced).
 func (s *Server) SetStore(st Store) {
+	s.setStore(st)
+	s.setReady()
+}
+
+// SetStorePreparing hands the server its store as SetStore does, but keeps
+// it Starting, with reason, while prepare runs on a loop of its own (see
+// GoSource): queries are answered, and a shutdown takes its final snapshot,
+// but event posts and deletes get 503 with Retry-After and /readyz is not
+// ready. Once prepare returns nil the server is Ready (unless fenced
+// meanwhile) and then runs, on that loop (it may start sources with
+// GoSource). prepare is for appends that must land before any event is
+// applied, as a start's clears of what event sources fed worker ids they
+// feed no more: an event posted before such a clear, for such a worker id,
+// would be acknowledged and then cleared with it. A prepare that fails (its
+// context ends when the shutdown begins) leaves the server Starting, and
+// then does not run. Call it instead of SetStore.
+func (s *Server) SetStorePreparing(st Store, reason string, prepare func(ctx context.Context) error, then func()) {
+	s.SetStarting(reason)
+	s.setStore(st)
+	s.GoSource(func(ctx context.Context) error {
+		if err := prepare(ctx); err != nil {
+			return err
+		}
+		s.setReady()
+		if then != nil {
+			then()
+		}
+		return nil
+	})
+}
+
+// setStore hands the server its store, leaving its phase as it is.
+func (s *Server) setStore(st Store) {
 	s.store.Store(&storeBox{st})
 	s.metrics.setStore(st)
 	if r, ok := st.(recoveryReporter); ok {
@@ -125,6 +159,10 @@ func (s *Server) SetStore(st Store) {
 		// than that.
 		s.snaps.appended(int(r.Report().ReplayedEvents))
 	}
+}
+
+// setReady makes the server Ready, unless it is fenced.
+func (s *Server) setReady() {
 	for {
 		cur := s.state.Load()
 		if cur.phase == Fenced || s.state.CompareAndSwap(cur, &status{phase: Ready}) {
@@ -134,7 +172,8 @@ func (s *Server) SetStore(st Store) {
 }
 
 // SetStarting keeps the server in the Starting phase with a new reason
-// (e.g. "recovering: replaying the WAL"). It does nothing once a store is set.
+// (e.g. "recovering: replaying the WAL"). It does nothing once the server
+// is Ready or Fenced.
 func (s *Server) SetStarting(reason string) {
 	for {
 		cur := s.state.Load()

@@ -271,6 +271,12 @@ func (f serveFlags) check() error {
 	return checkReservation("serve: --reserve-blocks", f.reserveBlocks)
 }
 
+// beforeClearsKey is the context key of a func(context.Context) that
+// serve, when its command's context holds one, calls before its start's
+// clears of what ZMQ endpoints fed (with their context): tests hold the
+// clears open with it.
+type beforeClearsKey struct{}
+
 func runServe(cmd *cobra.Command, f serveFlags) error {
 	if err := f.check(); err != nil {
 		return err
@@ -410,17 +416,6 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 			srv.SetLastSnapshot(rep.SnapshotUsed.Index, fi.ModTime())
 		}
 	}
-	srv.SetStore(store)
-	// The signal begins the shutdown (see above for a second one): a drain
-	// held up by a slow client or a long final snapshot can still be cut
-	// short without SIGKILL. Nothing acknowledged is lost (the WAL holds
-	// it; an interrupted snapshot's temporary file is removed at the next
-	// start). (A signal during recovery ends it: recovery.Open returns, or,
-	// if it had finished, the shutdown begins here at once.)
-	go func() {
-		<-ctx.Done()
-		stopRun()
-	}()
 	var runs []func(context.Context) error
 	var zmqSources []*ingest.ZMQSource
 	for _, spec := range specs {
@@ -444,31 +439,47 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	// Every ZMQ endpoint the WAL records that is configured no more
 	// (removed, or spelled otherwise) clears what it fed, and every one
 	// whose worker id changed clears what it fed the old id, before any
-	// source applies anything: with ids swapped between two endpoints, or
-	// an endpoint renamed, one source's clear would otherwise wipe what
-	// another had just applied. (With no source configured, the removed
-	// endpoints are cleared all the same.)
-	srv.GoSource(func(ctx context.Context) error {
+	// source or event post applies anything: with ids swapped between two
+	// endpoints, or an endpoint renamed, one source's clear would otherwise
+	// wipe what another had just applied, and an event posted for such an
+	// id would be acknowledged and then cleared. Meanwhile event posts get
+	// 503 with Retry-After and /readyz is not ready, with or without a
+	// source (the removed endpoints are cleared all the same). The clears
+	// run on a source loop: a shutdown ends them, and still takes its final
+	// snapshot (the store is set).
+	hold, _ := cmd.Context().Value(beforeClearsKey{}).(func(context.Context))
+	srv.SetStorePreparing(store, "clearing what ZMQ endpoints fed worker ids they feed no more", func(ctx context.Context) error {
+		if hold != nil {
+			hold(ctx)
+		}
 		if err := ingest.ForgetRemovedZMQ(ctx, srv.SourceStore(store), ingest.ZMQOptions{Logger: log}, zmqSources...); err != nil {
-			return nil // the shutdown has begun
+			return err // the shutdown has begun
 		}
-		if err := ingest.ReconcileZMQ(ctx, zmqSources...); err != nil {
-			return nil // the shutdown has begun
-		}
+		return ingest.ReconcileZMQ(ctx, zmqSources...)
+	}, func() {
 		for _, run := range runs {
 			srv.GoSource(run)
 		}
-		return nil
-	})
-	if ctx.Err() == nil { // else the shutdown has begun
-		msg := "ready"
-		if len(specs) > 0 || f.natsURL != "" {
-			// Not ready for a router until the sources connect.
-			msg = "index recovered; /readyz answers ready once the sources connect"
+		if ctx.Err() == nil { // else the shutdown has begun
+			msg := "ready"
+			if len(specs) > 0 || f.natsURL != "" {
+				// Not ready for a router until the sources connect.
+				msg = "index recovered; /readyz answers ready once the sources connect"
+			}
+			log.Info(msg, "data_dir", f.dataDir, "listen", ln.Addr().String(), "snapshot", rep.SnapshotUsed.Path,
+				"replayed_entries", rep.ReplayedEntries, "duration", rep.Duration)
 		}
-		log.Info(msg, "data_dir", f.dataDir, "listen", ln.Addr().String(), "snapshot", rep.SnapshotUsed.Path,
-			"replayed_entries", rep.ReplayedEntries, "duration", rep.Duration)
-	}
+	})
+	// The signal begins the shutdown (see above for a second one): a drain
+	// held up by a slow client or a long final snapshot can still be cut
+	// short without SIGKILL. Nothing acknowledged is lost (the WAL holds
+	// it; an interrupted snapshot's temporary file is removed at the next
+	// start). (A signal during recovery ends it: recovery.Open returns, or,
+	// if it had finished, the shutdown begins here at once.)
+	go func() {
+		<-ctx.Done()
+		stopRun()
+	}()
 	runErr := <-served // Run has stopped the sources: the store can close
 	if err := store.Close(); err != nil {
 		runErr = errors.Join(runErr, err)

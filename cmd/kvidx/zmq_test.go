@@ -7,6 +7,8 @@ import (
 	"io"
 	"log"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -232,6 +234,118 @@ func TestServeZMQEndpointRemoved(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// Until a start's clears of what ZMQ endpoints fed worker ids they feed no
+// more have landed, event posts get 503 with Retry-After and /readyz is not
+// ready, with endpoints configured or none. Worker 7 here is one such: an
+// event posted for it before the clears was acknowledged and then cleared
+// with what engine A fed it, and with no endpoint left /readyz answered
+// ready before A's and B's blocks, about to be cleared, were. The clears
+// are held open with serve's beforeClearsKey hook.
+func TestServeZMQClearsBeforeIngest(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		zmq  func(epA, epB string) []string
+	}{
+		{"worker ids swapped", func(epA, epB string) []string { return []string{"--zmq", epA + "=8", "--zmq", epB + "=7"} }},
+		{"no endpoint left", func(string, string) []string { return nil }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			_, epA, _, epB, flags := twoEnginesFed(t, ctx)
+			held, release := make(chan struct{}), make(chan struct{})
+			hold := func(ctx context.Context) {
+				close(held)
+				select {
+				case <-release:
+				case <-ctx.Done():
+				}
+			}
+			base, done := serveListening(t, context.WithValue(ctx, beforeClearsKey{}, hold), append(flags, tc.zmq(epA, epB)...)...)
+			select {
+			case <-held:
+			case <-time.After(20 * time.Second):
+				t.Fatal("serve never began its clears")
+			}
+			posted := storeChain(7, 1, 101)
+			resp, err := http.Post(base+"/v1/events", "application/x-ndjson", strings.NewReader(posted))
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(body), "clearing what ZMQ endpoints fed") {
+				t.Errorf("event post during the clears: %d, Retry-After %q, %s; want 503 to retry, saying why", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+			}
+			if resp, err = http.Get(base + "/readyz"); err != nil {
+				t.Fatal(err)
+			}
+			body, _ = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), `"status":"starting"`) {
+				t.Errorf("readyz during the clears: %d %s; want 503 starting", resp.StatusCode, body)
+			}
+			close(release)
+			waitReady(t, base)
+			for _, tokens := range [][]uint32{engineATokens, engineBTokens} {
+				if _, body := post(t, base+"/v1/match", matchQuery(tokens)); strings.Contains(body, "worker_id") {
+					t.Errorf("ready while blocks the clears take are still matched: %s", body)
+				}
+			}
+			if code, body := post(t, base+"/v1/events", posted); code != 200 {
+				t.Fatalf("event post once ready: %d %s", code, body)
+			}
+			if _, body := post(t, base+"/v1/match", `{"local_hashes":[101]}`); !strings.Contains(body, `"worker_id":7`) {
+				t.Errorf("the event posted once ready is not matched: %s", body)
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// A SIGTERM or SIGINT while a start's ZMQ clears run is a clean stop that
+// takes the final snapshot (the store was set), and the next start clears
+// what they would have.
+func TestServeStopDuringZMQClears(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, _, _, _, flags := twoEnginesFed(t, ctx)
+	dir := flags[slices.Index(flags, "--data-dir")+1]
+	flags = append(flags, "--final-snapshot=true")
+	held := make(chan struct{})
+	hold := func(ctx context.Context) {
+		close(held)
+		<-ctx.Done()
+	}
+	sctx, stop := context.WithCancel(context.WithValue(ctx, beforeClearsKey{}, hold))
+	_, done := serveListening(t, sctx, flags...)
+	select {
+	case <-held:
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve never began its clears")
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("stopped during the clears: %v, want a clean stop", err)
+	}
+	if snaps, err := os.ReadDir(filepath.Join(dir, "snapshots")); err != nil || len(snaps) != 1 {
+		t.Fatalf("snapshots after the stop: %v, %v; want the final one", snaps, err)
+	}
+	base, done := serveInProcess(t, ctx, flags...)
+	for _, tokens := range [][]uint32{engineATokens, engineBTokens} {
+		if _, body := post(t, base+"/v1/match", matchQuery(tokens)); strings.Contains(body, "worker_id") {
+			t.Errorf("the removed endpoints' blocks are matched after the next start: %s", body)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
 
