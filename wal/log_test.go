@@ -523,3 +523,35 @@ func TestOpenRemovesInterruptedTruncationTemp(t *testing.T) {
 		t.Fatalf("%d entries from %v after Open, want 5 from 1", len(es), es)
 	}
 }
+
+// Log's readers may run concurrently, but tidwall/wal v1.2.1 can panic when
+// two reads load segments other than the tail at once (upstream issue #34),
+// so Log serialises every read (guard). Without that, this test reads
+// "tidwall/wal panicked" errors (the issue's known trap had no test).
+func TestConcurrentReadsOfEarlierSegments(t *testing.T) {
+	src, want := buildLog(t, 200, 300) // many small segments: most reads miss tidwall's 2-segment cache
+	if segs, _ := listSegments(src); len(segs) < 20 {
+		t.Fatalf("%d segments", len(segs))
+	}
+	l := mustOpen(t, src, nil)
+	defer l.Close()
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for r := range 10 {
+				for i := uint64(1 + (g*7+r*13)%150); i <= uint64(len(want)); i += 3 {
+					e, err := l.ReadEntry(i)
+					if err != nil {
+						t.Errorf("reader %d: %v", g, err)
+						return
+					}
+					if !reflect.DeepEqual(e.Events, normalize(want[i-1])) {
+						t.Errorf("reader %d: entry %d differs", g, i)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
