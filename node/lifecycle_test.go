@@ -576,6 +576,42 @@ func TestShutdownWhilePreparing(t *testing.T) {
 	}
 }
 
+// A prepare that fails for another reason than the shutdown leaves the
+// server starting, ingest refused (ingest before its appends landed is what
+// SetStorePreparing prevents), and then not run; but it says so: the error
+// is logged, and /readyz and the refused post name it. It was dropped (a
+// source loop's error is), and the server said "clearing old worker ids"
+// for ever.
+func TestSetStorePreparingFails(t *testing.T) {
+	var logs logbuf.Buffer
+	srv := New(Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	st := newFakeStore()
+	url, stop := startRun(t, srv)
+	e := &testEnv{srv: srv, store: st, url: url}
+	var returned, then atomic.Bool
+	srv.SetStorePreparing(st, "clearing old worker ids", func(ctx context.Context) error {
+		defer returned.Store(true)
+		return errors.New("the clears' append was refused")
+	}, func() { then.Store(true) })
+	waitFor(t, "prepare to return", returned.Load)
+	const want = "clearing old worker ids failed (restart to retry): the clears' append was refused"
+	waitFor(t, "the failure logged", func() bool {
+		return strings.Contains(logs.String(), "level=ERROR") && strings.Contains(logs.String(), "the clears' append was refused")
+	})
+	if r := e.do(t, "GET", "/readyz", "").want(t, 503); !bytes.Contains(r.body, []byte(`"status":"starting"`)) || !bytes.Contains(r.body, []byte(want)) {
+		t.Errorf("readyz after prepare failed: %s; want starting, with %q", r.body, want)
+	}
+	if r := e.do(t, "POST", "/v1/events", stored(1, 1, "null", 7)).want(t, 503); !bytes.Contains(r.body, []byte(want)) {
+		t.Errorf("event post after prepare failed: %s; want %q", r.body, want)
+	}
+	if then.Load() {
+		t.Error("then ran after prepare failed")
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // gatedStore is a fakeStore whose appends wait until gate is closed.
 type gatedStore struct {
 	*fakeStore

@@ -130,14 +130,21 @@ func (s *Server) SetStore(st Store) {
 // GoSource). prepare is for appends that must land before any event is
 // applied, as a start's clears of what event sources fed worker ids they
 // feed no more: an event posted before such a clear, for such a worker id,
-// would be acknowledged and then cleared with it. A prepare that fails (its
-// context ends when the shutdown begins) leaves the server Starting, and
-// then does not run. Call it instead of SetStore.
+// would be acknowledged and then cleared with it. A prepare that fails
+// leaves the server Starting, and then does not run: when the shutdown
+// ended its context, silently; otherwise the error is logged and /readyz
+// and the refused posts say it, until a restart (ingest before the appends
+// landed would not be safe, and GoSource drops a loop's error).
+// Call it instead of SetStore.
 func (s *Server) SetStorePreparing(st Store, reason string, prepare func(ctx context.Context) error, then func()) {
 	s.SetStarting(reason)
 	s.setStore(st)
 	s.GoSource(func(ctx context.Context) error {
 		if err := prepare(ctx); err != nil {
+			if ctx.Err() == nil {
+				s.log.Error("preparing the store failed: ingest stays refused until restart", "step", reason, "err", err)
+				s.SetStarting(fmt.Sprintf("%s failed (restart to retry): %v", reason, err))
+			}
 			return err
 		}
 		s.setReady()
