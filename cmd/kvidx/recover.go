@@ -36,8 +36,9 @@ The rules are recovery's: the newest snapshot that verifies and that the WAL
 reaches back to (WAL first index <= snapshot index + 1, and no gap after it),
 else a full replay from index 1. It also says when a restart upgrades an older
 format (after which older kvidx builds refuse the directory), and when this
-user cannot write the directory where a restart must (a read-only mount, wal/
-or its lock file of another owner: a restart by this user fails at once). The
+user cannot write where a restart must (a read-only mount; wal/, its lock
+file, the WAL's last segment or snapshots/ of another owner: a restart by this
+user fails at once). The
 exit status is 1 when a restart would refuse, or fail for that.
 
 Without --dry-run, recover opens DIR as the server does (taking its lock: it
