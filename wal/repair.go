@@ -346,9 +346,9 @@ func validAtOrAfter(b []byte, off int) int {
 }
 
 // repairTail cuts a torn tail off the directory's last segment (see the
-// comment at the top of this file).
+// comment at the top of this file), fsyncing the directory with dirSync.
 // It returns how many bytes it dropped.
-func repairTail(dir string, logger *slog.Logger) (int64, error) {
+func repairTail(dir string, logger *slog.Logger, dirSync func(string) error) (int64, error) {
 	name, first, data, err := readLastSegment(dir)
 	if err != nil || name == "" {
 		return 0, err
@@ -376,7 +376,7 @@ func repairTail(dir string, logger *slog.Logger) (int64, error) {
 	if err := truncateSync(path, int64(good)); err != nil {
 		return 0, fmt.Errorf("wal %s: segment %s offset %d: repair torn tail: %w", dir, name, good, err)
 	}
-	if err := syncDir(dir); err != nil {
+	if err := dirSync(dir); err != nil {
 		return 0, err
 	}
 	logger.Warn("wal: cut torn tail", "dir", dir, "segment", name, "offset", good, "valid_entries", count, "dropped_bytes", dropped)
