@@ -423,6 +423,38 @@ func TestSyncPolicies(t *testing.T) {
 	}
 }
 
+// Open's defaults: SyncAlways, and under SyncInterval an fsync at most
+// every 5 ms (the loss window the docs state) unless a positive interval
+// is given.
+func TestOpenDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		opts     *Options
+		sync     SyncPolicy
+		interval time.Duration
+	}{
+		{"nil options", nil, SyncAlways, 5 * time.Millisecond},
+		{"zero options", &Options{}, SyncAlways, 5 * time.Millisecond},
+		{"interval policy, no interval", &Options{Sync: SyncInterval}, SyncInterval, 5 * time.Millisecond},
+		{"negative interval", &Options{Sync: SyncInterval, SyncInterval: -time.Second}, SyncInterval, 5 * time.Millisecond},
+		{"interval given", &Options{Sync: SyncInterval, SyncInterval: 20 * time.Millisecond}, SyncInterval, 20 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.opts != nil {
+				tc.opts.Logger = quietOpts().Logger
+			}
+			l, err := Open(t.TempDir(), tc.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			if l.opts.Sync != tc.sync || l.opts.SyncInterval != tc.interval {
+				t.Errorf("sync %v every %v, want %v every %v", l.opts.Sync, l.opts.SyncInterval, tc.sync, tc.interval)
+			}
+		})
+	}
+}
+
 func TestSegmentRollover(t *testing.T) {
 	dir := t.TempDir()
 	o := quietOpts()

@@ -293,6 +293,29 @@ func TestServeRejectsBadValues(t *testing.T) {
 	}
 }
 
+// serve's sync flags default to the WAL's own defaults: fsync before
+// acknowledging, and under --sync interval at most every 5 ms (the loss
+// window the docs state).
+func TestServeSyncDefaults(t *testing.T) {
+	serve, _, err := newRootCmd().Find([]string{"serve"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ flag, want string }{
+		{"sync", "always"},
+		{"sync-interval", "5ms"},
+	} {
+		fl := serve.Flags().Lookup(tc.flag)
+		if fl == nil {
+			t.Errorf("serve has no --%s", tc.flag)
+			continue
+		}
+		if fl.DefValue != tc.want || fl.Value.String() != tc.want {
+			t.Errorf("--%s defaults to %q (value %q), want %q", tc.flag, fl.DefValue, fl.Value, tc.want)
+		}
+	}
+}
+
 // Zero or negative counts, and unknown subcommands of a command group, are
 // errors with a non-zero exit, not defaults or a help page.
 func TestCLIRefusesBadArguments(t *testing.T) {
