@@ -3,6 +3,9 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -92,10 +95,10 @@ type walStore struct {
 	log *wal.Log
 }
 
-func openWALStore(t *testing.T, m *Metrics, faults *WALFaults) *walStore {
+func openWALStore(t *testing.T, dir string, m *Metrics, faults *WALFaults) *walStore {
 	t.Helper()
 	ws := &walStore{fakeStore: newFakeStore()}
-	l, err := wal.Open(t.TempDir(), &wal.Options{
+	l, err := wal.Open(dir, &wal.Options{
 		WrapStore: NewWALInstrument(m, faults),
 		Logger:    quietLogger(),
 		OnCommit: func(e wal.Entry) []error {
@@ -123,10 +126,63 @@ func (w *walStore) Append(ctx context.Context, events []engine.Event, ps []wal.P
 
 func (w *walStore) WALStats() wal.Stats { return w.log.Stats() }
 
+// kvidx_wal_torn_bytes_dropped_total is the size of the torn tail the
+// WAL's open cut (TestMetricsLintAndValues only sees that it exists).
+func TestMetricsTornBytes(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		tail []byte
+	}{
+		{"none", nil},
+		{"partial frame", []byte{0x40, 0x01, 0x02, 0x03}},
+		{"longer partial frame", append([]byte{0x7f}, make([]byte, 20)...)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			l, err := wal.Open(dir, &wal.Options{Logger: quietLogger()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := l.Append(context.Background(), []engine.Event{{Worker: engine.WorkerKey{WorkerID: 1}, Kind: engine.KindCleared}}, nil); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			segs, err := wal.Segments(dir)
+			if err != nil || len(segs) == 0 {
+				t.Fatalf("segments %v: %v", segs, err)
+			}
+			f, err := os.OpenFile(filepath.Join(dir, segs[len(segs)-1].Name), os.O_APPEND|os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = f.Write(tc.tail)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			srv := New(Config{Logger: quietLogger()})
+			srv.SetStore(openWALStore(t, dir, srv.Metrics(), &WALFaults{}))
+			want := fmt.Sprintf(`
+# HELP kvidx_wal_torn_bytes_dropped_total Bytes cut off a torn WAL tail when the log was opened.
+# TYPE kvidx_wal_torn_bytes_dropped_total counter
+kvidx_wal_torn_bytes_dropped_total %d
+`, len(tc.tail))
+			if err := testutil.GatherAndCompare(srv.Metrics().Registry(), strings.NewReader(want), "kvidx_wal_torn_bytes_dropped_total"); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
 func TestWALInstrumentAndFaults(t *testing.T) {
 	srv := New(Config{Logger: quietLogger()})
 	faults := &WALFaults{}
-	st := openWALStore(t, srv.Metrics(), faults)
+	st := openWALStore(t, t.TempDir(), srv.Metrics(), faults)
 	srv.SetStore(st)
 	e := &testEnv{srv: srv, store: st.fakeStore}
 	e.url = serveFront(t, srv)
@@ -164,7 +220,7 @@ func TestWALInstrumentAndFaults(t *testing.T) {
 	// A write failure, on a fresh log.
 	srv2 := New(Config{Logger: quietLogger()})
 	f2 := &WALFaults{}
-	st2 := openWALStore(t, srv2.Metrics(), f2)
+	st2 := openWALStore(t, t.TempDir(), srv2.Metrics(), f2)
 	f2.FailWrites(syscall.ENOSPC)
 	_, _, err := st2.Append(context.Background(), []engine.Event{{Worker: engine.WorkerKey{WorkerID: 1}, Kind: engine.KindCleared}}, nil)
 	if !errors.Is(err, wal.ErrFenced) || !errors.Is(err, syscall.ENOSPC) {
