@@ -352,6 +352,10 @@ func writeProblem(dir string, version int, lay wal.Layout) string {
 	}
 	snapDir := filepath.Join(dir, SnapshotDirName)
 	if _, err := os.Stat(snapDir); errors.Is(err, fs.ErrNotExist) {
+		if target, err := os.Readlink(snapDir); err == nil {
+			// A start's MkdirAll fails on it ("file exists"), whoever runs it.
+			return fmt.Sprintf("%s is a symbolic link to %s, which does not exist: a restart would fail at once (it makes the snapshots directory)", snapDir, target)
+		}
 		add(dir, "snapshots/ is created there")
 	} else {
 		add(snapDir, "snapshots are written there, and a restart checks that first")
@@ -372,30 +376,25 @@ func writeProblem(dir string, version int, lay wal.Layout) string {
 }
 
 // notWritable returns an error naming path when this process may not open
-// it for writing (see writable), nil when it may: the plan's write problem
-// and Open's own check of the snapshots directory say it alike.
+// it for writing, as the open of a restart checks it: with the effective
+// user and its capabilities (AT_EACCESS). access(2) checks for the real
+// user and, when that is not root, without capabilities: a service running
+// as its own user with CAP_DAC_OVERRIDE, whose restart writes a root-owned
+// data directory, was told it would fail. Where the kernel has no
+// faccessat2 (before Linux 5.8, or a seccomp filter refusing it) it is
+// access(2), which also tells a read-only mount, where x/sys's emulation of
+// AT_EACCESS would not. It is a prediction, for the plan, which must not
+// write; a start checks the snapshots directory by making a file there
+// (see Open).
 func notWritable(path string) error {
-	if err := writable(path); err != nil {
-		return fmt.Errorf("%s is not writable by this process (uid %d): %w", path, os.Geteuid(), err)
-	}
-	return nil
-}
-
-// writable checks that this process may open path for writing, as the
-// open of a restart checks it: with the effective user and its
-// capabilities (AT_EACCESS). access(2) checks for the real user and, when
-// that is not root, without capabilities: a service running as its own
-// user with CAP_DAC_OVERRIDE, whose restart writes a root-owned data
-// directory, was told it would fail. Where the kernel has no faccessat2
-// (before Linux 5.8, or a seccomp filter refusing it) it is access(2),
-// which also tells a read-only mount, where x/sys's emulation of
-// AT_EACCESS would not.
-func writable(path string) error {
 	err := unix.Faccessat2(unix.AT_FDCWD, path, unix.W_OK, unix.AT_EACCESS)
 	if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) {
 		err = unix.Access(path, unix.W_OK)
 	}
-	return err
+	if err != nil {
+		return fmt.Errorf("%s is not writable by this process (uid %d): %w", path, os.Geteuid(), err)
+	}
+	return nil
 }
 
 // checkCandidate checks the snapshot f for Plan: loads it (returning its

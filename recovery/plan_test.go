@@ -303,6 +303,37 @@ func TestPlanNotWritableTable(t *testing.T) {
 	}
 }
 
+// TestPlanDanglingSnapshotsLink: a snapshots/ that is a symbolic link to a
+// missing directory fails a start at once (it cannot be made); the plan
+// said the restart would work.
+func TestPlanDanglingSnapshotsLink(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	planDir(t, dir)
+	snapDir := filepath.Join(dir, SnapshotDirName)
+	if err := os.RemoveAll(snapDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(dir, "gone"), snapDir); err != nil {
+		t.Fatal(err)
+	}
+	p, _, err := Plan(ctx, dir, PlanOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(p.WriteProblem, snapDir+" is a symbolic link to") {
+		t.Errorf("write problem %q; want one naming %s as a link to a missing directory", p.WriteProblem, snapDir)
+	}
+	s, err := Open(ctx, dir, testOptions())
+	if err == nil {
+		s.Close()
+		t.Fatal("Open with a dangling snapshots link succeeded; the plan's prediction no longer holds")
+	}
+	if !strings.Contains(err.Error(), snapDir) {
+		t.Errorf("Open: %v; want an error naming %s", err, snapDir)
+	}
+}
+
 // TestPlanOnBusyServer plans recovery (as `inspect summary DATA_DIR` and
 // `recover --dry-run` do) again and again while a server appends, writes
 // snapshots, prunes and truncates its WAL: a segment or snapshot that goes

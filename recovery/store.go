@@ -217,8 +217,12 @@ func Open(ctx context.Context, dir string, opts Options) (_ *Store, err error) {
 	// cannot write (a read-only mount, another owner) otherwise fails only
 	// at the first snapshot, after the node started serving and appending,
 	// and the WAL, never truncated, then grows until the disk is full.
-	// Plan reports it as a write problem with the same check.
-	if err := notWritable(s.snapDir); err != nil {
+	// Plan, which must not write, predicts it from the access check
+	// (writable); a start asks the filesystem itself, so that a prediction
+	// that is wrong (a kernel without faccessat2, where access(2) ignores
+	// the capabilities a service may run with) never refuses a start that
+	// would work.
+	if err := snapshot.CheckWritable(s.snapDir); err != nil {
 		return nil, fmt.Errorf("data dir %s: %w: snapshots could not be written", dir, err)
 	}
 	s.initSpace()

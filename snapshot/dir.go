@@ -156,6 +156,26 @@ func Prune(dir string, keep int, usable func(File) bool) ([]string, error) {
 	return removeSynced(dir, old, "prune")
 }
 
+// CheckWritable creates a temporary file in dir, as a [Write] into dir
+// first does, and removes it: a snapshot directory that this process cannot
+// create files in (a read-only mount, another owner, write without search
+// permission, an ACL) is then found at once, not at the first snapshot. It
+// asks the filesystem rather than predicting from permission bits, which
+// a process's capabilities, ACLs and mounts all bypass or override. A
+// file left by a crash between the two steps is a temporary file that
+// [CleanTemp] removes.
+func CheckWritable(dir string) error {
+	f, err := os.CreateTemp(dir, ".snapshot-probe.tmp-*")
+	if err != nil {
+		return fmt.Errorf("snapshot dir %s: no file can be created there: %w", dir, err)
+	}
+	name := f.Name()
+	if err := errors.Join(f.Close(), os.Remove(name)); err != nil {
+		return fmt.Errorf("snapshot dir %s: removing the file made to check it: %w", dir, err)
+	}
+	return nil
+}
+
 // CleanTemp deletes the temporary files that interrupted writes left in dir
 // and returns their paths. Call it when no Write into dir is running (at
 // startup, before recovery).

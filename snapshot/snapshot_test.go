@@ -462,3 +462,27 @@ func TestWriteOverNonFile(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckWritable: the check a start makes of its snapshot directory
+// leaves nothing behind where it passes, and names the directory where it
+// fails; a probe a crash left is a temporary file CleanTemp removes.
+func TestCheckWritable(t *testing.T) {
+	dir := t.TempDir()
+	if err := CheckWritable(dir); err != nil {
+		t.Fatalf("CheckWritable of a writable dir: %v", err)
+	}
+	if ents, err := os.ReadDir(dir); err != nil || len(ents) != 0 {
+		t.Fatalf("after CheckWritable the dir holds %v (%v); want nothing", ents, err)
+	}
+	missing := filepath.Join(dir, "missing")
+	if err := CheckWritable(missing); err == nil || !strings.Contains(err.Error(), missing) {
+		t.Errorf("CheckWritable of a missing dir: %v; want an error naming it", err)
+	}
+	left := filepath.Join(dir, ".snapshot-probe.tmp-123")
+	if err := os.WriteFile(left, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if removed, err := CleanTemp(dir); err != nil || len(removed) != 1 || removed[0] != left {
+		t.Errorf("CleanTemp removed %v (%v); want the probe a crash left", removed, err)
+	}
+}
