@@ -1193,7 +1193,7 @@ func (s *ZMQSource) clearEvents(rank *uint32) []engine.Event {
 	if s.ranksUnknown {
 		s.ranksUnknown, s.markRanks = false, true
 		clear(s.ranks)
-		return []engine.Event{{Worker: engine.WorkerKey{WorkerID: s.spec.WorkerID}, Kind: engine.KindWorkerRemoved}}
+		return clearing(s.spec.WorkerID, nil, true)
 	}
 	ranks := make([]uint32, 0, len(s.ranks)+1)
 	for r := range s.ranks {
@@ -1204,13 +1204,24 @@ func (s *ZMQSource) clearEvents(rank *uint32) []engine.Event {
 			ranks = append(ranks, *rank)
 		}
 	}
+	slices.Sort(ranks)
+	return clearing(s.spec.WorkerID, ranks, false)
+}
+
+// clearing returns the events that clear ranks of worker, in their order
+// (none: no rank), or, with whole, the one that removes the worker id with
+// all its ranks: what a source's clear and a start's clear of what an
+// endpoint fed (see stillFed.clearOf) append.
+func clearing(worker uint64, ranks []uint32, whole bool) []engine.Event {
+	if whole {
+		return []engine.Event{{Worker: engine.WorkerKey{WorkerID: worker}, Kind: engine.KindWorkerRemoved}}
+	}
 	if len(ranks) == 0 {
 		return nil
 	}
-	slices.Sort(ranks)
 	evs := make([]engine.Event, len(ranks))
 	for i, r := range ranks {
-		evs[i] = engine.Event{Worker: engine.WorkerKey{WorkerID: s.spec.WorkerID, DPRank: r}, Kind: engine.KindCleared}
+		evs[i] = engine.Event{Worker: engine.WorkerKey{WorkerID: worker, DPRank: r}, Kind: engine.KindCleared}
 	}
 	return evs
 }

@@ -53,3 +53,34 @@ func TestZMQDPRanksBounded(t *testing.T) {
 		t.Fatalf("batch on a known rank: %+v", last)
 	}
 }
+
+// clearing, which a source's clear and a start's clear of what an endpoint
+// fed both append, clears the ranks given, in their order, or removes the
+// worker id whole; no rank, no event.
+func TestClearing(t *testing.T) {
+	cleared := func(r uint32) engine.Event {
+		return engine.Event{Worker: engine.WorkerKey{WorkerID: 7, DPRank: r}, Kind: engine.KindCleared}
+	}
+	for _, tc := range []struct {
+		name  string
+		ranks []uint32
+		whole bool
+		want  []engine.Event
+	}{
+		{name: "no rank"},
+		{name: "ranks", ranks: []uint32{0, 2, 5}, want: []engine.Event{cleared(0), cleared(2), cleared(5)}},
+		{name: "whole", ranks: []uint32{1}, whole: true, want: []engine.Event{{Worker: engine.WorkerKey{WorkerID: 7}, Kind: engine.KindWorkerRemoved}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := clearing(7, tc.ranks, tc.whole)
+			if len(got) != len(tc.want) {
+				t.Fatalf("clearing(7, %v, %v) = %+v, want %+v", tc.ranks, tc.whole, got, tc.want)
+			}
+			for i := range got {
+				if got[i].Worker != tc.want[i].Worker || got[i].Kind != tc.want[i].Kind || len(got[i].Blocks) != 0 {
+					t.Errorf("clearing(7, %v, %v)[%d] = %+v, want %+v", tc.ranks, tc.whole, i, got[i], tc.want[i])
+				}
+			}
+		})
+	}
+}

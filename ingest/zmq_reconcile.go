@@ -287,13 +287,10 @@ func (f stillFed) clearOf(worker uint64, ranks []uint32, ranksUnknown bool) (eve
 		if by = f.feedersOf(worker); len(by) > 0 {
 			return nil, nil, nil, by
 		}
-		return []engine.Event{{Worker: engine.WorkerKey{WorkerID: worker}, Kind: engine.KindWorkerRemoved}}, nil, nil, nil
+		return clearing(worker, nil, true), nil, nil, nil
 	}
 	cleared, kept, by = f.split(worker, ranks)
-	for _, r := range cleared {
-		events = append(events, engine.Event{Worker: engine.WorkerKey{WorkerID: worker, DPRank: r}, Kind: engine.KindCleared})
-	}
-	return events, cleared, kept, by
+	return clearing(worker, cleared, false), cleared, kept, by
 }
 
 // Reconcile reads the source's state from the store and, when the worker
