@@ -33,6 +33,8 @@ func TestZMQRemovedEndpoint(t *testing.T) {
 		// bID and bRank: the worker id and DP rank endpoint B (kept
 		// configured) feeds; A feeds worker 7, ranks 0 and 1.
 		bID, bRank uint64
+		// bBoth: B feeds rank 1 of bID too (batch 1, tokens 60).
+		bBoth bool
 		// bSpelling: B is A's endpoint spelled otherwise (one engine,
 		// both spellings configured together at the first start).
 		bSpelling bool
@@ -58,6 +60,10 @@ func TestZMQRemovedEndpoint(t *testing.T) {
 		// which the index cannot tell from B's); rank 1 is A's alone.
 		{name: "rank fed by a configured endpoint too", bID: 7, held: map[uint64][]uint64{10: {7}, 20: nil, 50: {7}},
 			workers: []engine.WorkerBlocks{{Worker: engine.WorkerKey{WorkerID: 7}, Blocks: 2}}, forgetLogs: 1, keptLogs: 1},
+		// Every rank A fed is kept: nothing is cleared, and no line says
+		// it was (one said "cleared" with no rank named).
+		{name: "every rank fed by a configured endpoint too", bID: 7, bBoth: true, held: map[uint64][]uint64{10: {7}, 20: {7}, 50: {7}},
+			workers: []engine.WorkerBlocks{{Worker: engine.WorkerKey{WorkerID: 7}, Blocks: 2}, {Worker: engine.WorkerKey{WorkerID: 7, DPRank: 1}, Blocks: 2}}, keptLogs: 1},
 		{name: "rank fed by the other spelling", bID: 7, bSpelling: true, held: map[uint64][]uint64{10: {7}, 20: nil, 50: {7}},
 			workers: []engine.WorkerBlocks{{Worker: engine.WorkerKey{WorkerID: 7}, Blocks: 2}}, forgetLogs: 1, keptLogs: 1},
 		// B feeds another id now: its ranks of 7 are forgotten, so A's
@@ -89,6 +95,9 @@ func TestZMQRemovedEndpoint(t *testing.T) {
 			b := NewZMQSource(specB, st, testOptions())
 			stop := runUntilCancelled(t, ctx, b)
 			feedUntil(t, eB, b, 0, storedOnRank(tc.bRank, 200, 50))
+			if tc.bBoth {
+				feedUntil(t, eB, b, 1, storedOnRank(1, 201, 60))
+			}
 			stop()
 			nameA := SourceName(eA.pubEP)
 			if tc.preRecord {

@@ -269,8 +269,15 @@ func (s *ZMQSource) forget(ctx context.Context, fed stillFed) error {
 			s.log.Info("zmq endpoint recorded in the WAL is no longer configured, and configured endpoints fed DP ranks of its worker id that it fed too: kept those ranks' blocks (the index cannot tell whose they are, and the configured engines still hold theirs; the stale ones go as those engines remove blocks, or at their next clear)",
 				"endpoint", s.spec.Endpoint, "old_worker_id", s.worker, "kept_dp_ranks", kept, "fed_by", by)
 		}
-		s.log.Info("zmq endpoint recorded in the WAL is no longer configured: cleared the DP ranks it fed its worker id; the endpoint is forgotten",
-			"endpoint", s.spec.Endpoint, "old_worker_id", s.worker, "cleared_dp_ranks", cleared)
+		// A clear is logged only when one was appended: with every rank
+		// kept, a "cleared" line naming no rank said what did not happen.
+		if len(cleared) > 0 {
+			s.log.Info("zmq endpoint recorded in the WAL is no longer configured: cleared the DP ranks it fed its worker id; the endpoint is forgotten",
+				"endpoint", s.spec.Endpoint, "old_worker_id", s.worker, "cleared_dp_ranks", cleared)
+		} else {
+			s.log.Info("zmq endpoint recorded in the WAL is no longer configured: the endpoint is forgotten",
+				"endpoint", s.spec.Endpoint, "old_worker_id", s.worker)
+		}
 	}
 	return nil
 }
@@ -372,11 +379,23 @@ func (s *ZMQSource) reconcile(ctx context.Context, fed stillFed) error {
 		s.log.Warn("zmq endpoint's worker id changed since the WAL recorded it, and other configured endpoints feed DP ranks of the old id: kept the old id's blocks (which of its ranks the endpoint fed is not recorded, and removing the id would wipe the blocks of the other engines, which still hold them); what it fed on ranks no configured endpoint feeds stays until the id is removed (DELETE /v1/workers/ID, which removes the other endpoints' blocks too); the new id starts from nothing, with "+from,
 			"old_worker_id", old, "fed_by", by)
 		return nil
+	case wasUnknown:
+		s.log.Info("zmq endpoint's worker id changed since the WAL recorded it: removed the old id (which of its DP ranks the endpoint fed is not recorded); the new id starts from nothing, with "+from,
+			"old_worker_id", old)
+		return nil
 	case len(by) > 0:
 		s.log.Info("zmq endpoint's worker id changed since the WAL recorded it, and other configured endpoints fed DP ranks of the old id that it fed too: kept those ranks' blocks (the index cannot tell whose they are, and the other engines still hold theirs; the stale ones go as those engines remove blocks, or at their next clear)",
 			"old_worker_id", old, "kept_dp_ranks", kept, "fed_by", by)
 	}
-	s.log.Info("zmq endpoint's worker id changed since the WAL recorded it: cleared what it fed the old id; the new id starts from nothing, with "+from,
-		"old_worker_id", old, "cleared_dp_ranks", cleared)
+	// A clear is logged only when one was appended: with every rank kept
+	// (or none fed), a "cleared" line naming no rank said what did not
+	// happen.
+	if len(cleared) > 0 {
+		s.log.Info("zmq endpoint's worker id changed since the WAL recorded it: cleared what it fed the old id; the new id starts from nothing, with "+from,
+			"old_worker_id", old, "cleared_dp_ranks", cleared)
+	} else {
+		s.log.Info("zmq endpoint's worker id changed since the WAL recorded it; the new id starts from nothing, with "+from,
+			"old_worker_id", old)
+	}
 	return nil
 }

@@ -213,7 +213,10 @@ func TestZMQWorkerIDSwap(t *testing.T) {
 	}
 }
 
-const keptIDLog = "other configured endpoints fed DP ranks of the old id that it fed too"
+const (
+	keptIDLog    = "other configured endpoints fed DP ranks of the old id that it fed too"
+	clearedIDLog = "cleared what it fed the old id"
+)
 
 // A restart of kvidx that gives A another worker id (7 to 8) while B, fed
 // the old id before and configured with it still, fed a DP rank A fed too
@@ -229,15 +232,23 @@ func TestZMQWorkerIDChangeSharedRank(t *testing.T) {
 		// bRank: the rank of worker 7 B fed; bID: B's worker id at the
 		// restart.
 		bRank, bID   uint64
+		bBoth        bool // B fed rank 1 of worker 7 too (batch 1, tokens 60)
 		ranksUnknown bool // the WAL holds no "#dp" or "#ranks" position of A
 		held         map[uint64][]uint64
 		keptLogs     int
+		clearLogs    int // lines of an old id's ranks cleared
 		warnings     int
 	}{
-		{name: "rank fed by both", bID: 7, held: map[uint64][]uint64{10: {7}, 20: nil, 50: {7}}, keptLogs: 1},
-		{name: "other rank", bRank: 2, bID: 7, held: map[uint64][]uint64{10: nil, 20: nil, 50: {7}}},
-		{name: "B's id changed too", bID: 9, held: map[uint64][]uint64{10: nil, 20: nil, 50: nil}},
+		{name: "rank fed by both", bID: 7, held: map[uint64][]uint64{10: {7}, 20: nil, 50: {7}}, keptLogs: 1, clearLogs: 1},
+		// Nothing is cleared, and no line says it was (one said
+		// "cleared" with no rank named).
+		{name: "every rank fed by both", bID: 7, bBoth: true, held: map[uint64][]uint64{10: {7}, 20: {7}, 50: {7}}, keptLogs: 1},
+		{name: "other rank", bRank: 2, bID: 7, held: map[uint64][]uint64{10: nil, 20: nil, 50: {7}}, clearLogs: 1},
+		{name: "B's id changed too", bID: 9, held: map[uint64][]uint64{10: nil, 20: nil, 50: nil}, clearLogs: 2},
 		{name: "ranks unknown", bRank: 2, bID: 7, ranksUnknown: true, held: map[uint64][]uint64{10: {7}, 20: {7}, 50: {7}}, warnings: 1},
+		// A removes the old id whole, and says so (not "cleared" with no
+		// rank named); B clears its rank of it.
+		{name: "ranks unknown, B's id changed too", bID: 9, ranksUnknown: true, held: map[uint64][]uint64{10: nil, 20: nil, 50: nil}, clearLogs: 1},
 	} {
 		for _, order := range []string{"A first", "B first"} {
 			t.Run(tc.name+", "+order, func(t *testing.T) {
@@ -247,6 +258,9 @@ func TestZMQWorkerIDChangeSharedRank(t *testing.T) {
 				b := NewZMQSource(ZMQSpec{Endpoint: eB.pubEP, WorkerID: 7}, st, testOptions())
 				stop := runUntilCancelled(t, ctx, b)
 				feedUntil(t, eB, b, 0, storedOnRank(tc.bRank, 200, 50))
+				if tc.bBoth {
+					feedUntil(t, eB, b, 1, storedOnRank(1, 201, 60))
+				}
 				stop()
 				if tc.ranksUnknown {
 					nameA := SourceName(eA.pubEP)
@@ -275,6 +289,9 @@ func TestZMQWorkerIDChangeSharedRank(t *testing.T) {
 				}
 				if got := strings.Count(logs.String(), keptIDLog); got != tc.keptLogs {
 					t.Errorf("%d log lines of ranks kept, want %d:\n%s", got, tc.keptLogs, logs.String())
+				}
+				if got := strings.Count(logs.String(), clearedIDLog); got != tc.clearLogs {
+					t.Errorf("%d log lines of ranks cleared, want %d:\n%s", got, tc.clearLogs, logs.String())
 				}
 				if got := strings.Count(logs.String(), "DELETE /v1/workers/ID"); got != tc.warnings {
 					t.Errorf("%d warnings of the old id kept, want %d:\n%s", got, tc.warnings, logs.String())
