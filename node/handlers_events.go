@@ -69,13 +69,16 @@ func (s *Server) ingest(body []byte) reply {
 // answer.
 func (s *Server) writableStore() (Store, *reply) {
 	var r reply
-	switch phase, reason := s.Status(); phase {
+	switch cur := s.current(); cur.phase {
 	case Ready:
 		return s.currentStore(), nil
 	case Fenced:
-		r = errorReply(http.StatusServiceUnavailable, "ingest refused: the WAL is fenced until restart: "+reason)
+		r = errorReply(http.StatusServiceUnavailable, "ingest refused: the WAL is fenced until restart: "+cur.reason)
 	default:
-		r = retryReply("not ready: " + reason)
+		// Why, as /readyz says it (a pause for free space holding up a
+		// prepare's appends, rather than what the prepare does).
+		_, why := s.readiness(cur)
+		r = retryReply("not ready: " + why)
 	}
 	return nil, &r
 }

@@ -120,35 +120,47 @@ func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) {
 
 // handleReadyz serves GET /readyz: 200 when Ready, else 503 with the reason.
 func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
-	phase, reason := s.Status()
-	status := phase.String()
-	if phase == Ready {
-		switch why := s.sourcesNotReady(); {
-		case why != "":
-			// Recovery is done: "starting" would mislead on a node whose
-			// source dropped hours after it started.
-			status, reason = "sources_not_ready", why
-		case s.lowSpace():
-			// Ingest is refused, as when fenced, until space is back:
-			// the index falls behind its workers meanwhile.
-			var free, floor int64
-			if g, ok := s.currentStore().(spaceGuard); ok {
-				free, floor, _ = g.FreeSpace()
-			}
-			where := "below"
-			if free >= floor {
-				// A pause ends only with a WAL allowance free above the
-				// floor (or a batch did not fit in what was left above).
-				where = "too little above"
-			}
-			status, reason = "ingest_paused", fmt.Sprintf("ingest paused: %.1f MiB free on the WAL's filesystem, %s the %.1f MiB kept for the next snapshot and the WAL", float64(free)/(1<<20), where, float64(floor)/(1<<20))
-		default:
-			writeJSON(w, http.StatusOK, []byte(`{"status":"ready"}`+"\n"))
-			return
-		}
+	status, reason := s.readiness(s.current())
+	if status == Ready.String() {
+		writeJSON(w, http.StatusOK, []byte(`{"status":"ready"}`+"\n"))
+		return
 	}
 	writeValue(w, http.StatusServiceUnavailable, struct {
 		Status string `json:"status"`
 		Error  string `json:"error"`
 	}{status, "not ready: " + reason})
+}
+
+// readiness returns what /readyz says of the server in state cur: its
+// status ("ready", with no reason) or why it is not ready. A pause of
+// appends for free space shows once Ready and while a prepare's appends
+// are awaited (SetStorePreparing), which it holds up: "starting" then did
+// not say why the start did not finish.
+func (s *Server) readiness(cur *status) (status, reason string) {
+	switch {
+	case cur.phase == Ready:
+		if why := s.sourcesNotReady(); why != "" {
+			// Recovery is done: "starting" would mislead on a node whose
+			// source dropped hours after it started.
+			return "sources_not_ready", why
+		}
+	case !cur.preparing:
+		return cur.phase.String(), cur.reason
+	}
+	if s.lowSpace() {
+		// Ingest is refused, as when fenced, until space is back: the
+		// index falls behind its workers meanwhile.
+		var free, floor int64
+		if g, ok := s.currentStore().(spaceGuard); ok {
+			free, floor, _ = g.FreeSpace()
+		}
+		where := "below"
+		if free >= floor {
+			// A pause ends only with a WAL allowance free above the
+			// floor (or a batch did not fit in what was left above).
+			where = "too little above"
+		}
+		return "ingest_paused", fmt.Sprintf("ingest paused: %.1f MiB free on the WAL's filesystem, %s the %.1f MiB kept for the next snapshot and the WAL", float64(free)/(1<<20), where, float64(floor)/(1<<20))
+	}
+	return cur.phase.String(), cur.reason
 }

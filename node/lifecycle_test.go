@@ -612,6 +612,88 @@ func TestSetStorePreparingFails(t *testing.T) {
 	}
 }
 
+// While the store pauses appends for free space, a prepare's appends (the
+// start's ZMQ clears) are refused and retried: /readyz and refused posts
+// say "starting: clearing ..." no more but that ingest is paused for free
+// space (an operator saw no reason the start did not finish), and
+// "starting" again once the pause ends before the prepare's appends land.
+// A prepare that failed still says so while the store is paused.
+func TestSetStorePreparingPaused(t *testing.T) {
+	const reason = "clearing old worker ids"
+	readyz := func(t *testing.T, e *testEnv, status, msg string) {
+		t.Helper()
+		var ready struct{ Status, Error string }
+		e.do(t, "GET", "/readyz", "").want(t, 503).decode(t, &ready)
+		if ready.Status != status || !strings.Contains(ready.Error, msg) {
+			t.Errorf("readyz: %+v, want status %q and %q", ready, status, msg)
+		}
+		r := e.do(t, "POST", "/v1/events", stored(1, 1, "null", 7)).want(t, 503)
+		if r.header.Get("Retry-After") != "1" || !bytes.Contains(r.body, []byte("not ready: "+msg)) {
+			t.Errorf("event post: Retry-After %q, %s; want 1 and %q", r.header.Get("Retry-After"), r.body, msg)
+		}
+	}
+	const paused = "ingest paused: 1.0 MiB free on the WAL's filesystem, below the 9.0 MiB kept"
+
+	t.Run("preparing", func(t *testing.T) {
+		srv := New(Config{Logger: quietLogger()})
+		st := newFakeStore()
+		st.lowSpace.Store(true)
+		url, stop := startRun(t, srv)
+		e := &testEnv{srv: srv, store: st, url: url}
+		var refused atomic.Int64
+		retry := make(chan struct{})
+		var then atomic.Bool
+		srv.SetStorePreparing(st, reason, func(ctx context.Context) error {
+			cleared := []engine.Event{{Worker: engine.WorkerKey{WorkerID: 1}, Kind: engine.KindCleared}}
+			for {
+				_, _, err := srv.SourceStore(st).Append(ctx, cleared, nil)
+				if err == nil || !errors.Is(err, recovery.ErrLowSpace) {
+					return err
+				}
+				refused.Add(1)
+				select {
+				case <-retry:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+		}, func() { then.Store(true) })
+		waitFor(t, "the prepare's append refused", func() bool { return refused.Load() == 1 })
+		readyz(t, e, "ingest_paused", paused)
+
+		st.lowSpace.Store(false)
+		readyz(t, e, "starting", reason)
+
+		retry <- struct{}{}
+		waitFor(t, "ready, and then run", then.Load)
+		e.do(t, "GET", "/readyz", "").want(t, 200)
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("prepare failed", func(t *testing.T) {
+		srv := New(Config{Logger: quietLogger()})
+		st := newFakeStore()
+		st.lowSpace.Store(true)
+		url, stop := startRun(t, srv)
+		e := &testEnv{srv: srv, store: st, url: url}
+		var returned atomic.Bool
+		srv.SetStorePreparing(st, reason, func(ctx context.Context) error {
+			defer returned.Store(true)
+			return errors.New("the clears' append was refused")
+		}, nil)
+		waitFor(t, "prepare to return", returned.Load)
+		waitFor(t, "the failure in the reason", func() bool {
+			_, why := srv.Status()
+			return strings.Contains(why, "failed")
+		})
+		readyz(t, e, "starting", reason+" failed (restart to retry)")
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
 // gatedStore is a fakeStore whose appends wait until gate is closed.
 type gatedStore struct {
 	*fakeStore

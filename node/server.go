@@ -49,6 +49,10 @@ func (p Phase) String() string {
 type status struct {
 	phase  Phase
 	reason string
+	// preparing: Starting while SetStorePreparing's prepare runs (the
+	// store is set, its appends awaited), when a pause of appends for
+	// free space is what holds the start up (see readiness).
+	preparing bool
 }
 
 // Server is kvidx's HTTP API over a [Store]. Create it with [New] before
@@ -125,9 +129,10 @@ func (s *Server) SetStore(st Store) {
 // it Starting, with reason, while prepare runs on a loop of its own (see
 // GoSource): queries are answered, and a shutdown takes its final snapshot,
 // but event posts and deletes get 503 with Retry-After and /readyz is not
-// ready. Once prepare returns nil the server is Ready (unless fenced
-// meanwhile) and then runs, on that loop (it may start sources with
-// GoSource). prepare is for appends that must land before any event is
+// ready, with reason (while the store pauses appends for free space, which
+// holds up prepare's, they say that pause instead, as once Ready). Once
+// prepare returns nil the server is Ready (unless fenced meanwhile) and
+// then runs, on that loop (it may start sources with GoSource). prepare is for appends that must land before any event is
 // applied, as a start's clears of what event sources fed worker ids they
 // feed no more: an event posted before such a clear, for such a worker id,
 // would be acknowledged and then cleared with it. A prepare that fails
@@ -137,7 +142,7 @@ func (s *Server) SetStore(st Store) {
 // landed would not be safe, and GoSource drops a loop's error).
 // Call it instead of SetStore.
 func (s *Server) SetStorePreparing(st Store, reason string, prepare func(ctx context.Context) error, then func()) {
-	s.SetStarting(reason)
+	s.setStarting(reason, true)
 	s.setStore(st)
 	s.GoSource(func(ctx context.Context) error {
 		if err := prepare(ctx); err != nil {
@@ -181,10 +186,14 @@ func (s *Server) setReady() {
 // SetStarting keeps the server in the Starting phase with a new reason
 // (e.g. "recovering: replaying the WAL"). It does nothing once the server
 // is Ready or Fenced.
-func (s *Server) SetStarting(reason string) {
+func (s *Server) SetStarting(reason string) { s.setStarting(reason, false) }
+
+// setStarting is SetStarting, preparing telling whether a prepare's
+// appends are awaited (see status).
+func (s *Server) setStarting(reason string, preparing bool) {
 	for {
 		cur := s.state.Load()
-		if cur.phase != Starting || s.state.CompareAndSwap(cur, &status{phase: Starting, reason: reason}) {
+		if cur.phase != Starting || s.state.CompareAndSwap(cur, &status{phase: Starting, reason: reason, preparing: preparing}) {
 			return
 		}
 	}
@@ -210,6 +219,13 @@ func (s *Server) SetFenced(cause error) {
 
 // Status returns the server's phase and, unless Ready, why.
 func (s *Server) Status() (Phase, string) {
+	cur := s.current()
+	return cur.phase, cur.reason
+}
+
+// current returns the server's state, fenced first when Ready and the
+// WAL reports it fenced.
+func (s *Server) current() *status {
 	cur := s.state.Load()
 	if cur.phase == Ready {
 		if st := s.currentStore(); st != nil && st.WALStats().Fenced {
@@ -217,7 +233,7 @@ func (s *Server) Status() (Phase, string) {
 			cur = s.state.Load()
 		}
 	}
-	return cur.phase, cur.reason
+	return cur
 }
 
 // SetLastSnapshot records the snapshot the store was recovered from, so

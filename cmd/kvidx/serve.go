@@ -82,7 +82,8 @@ at once (killed by that signal; nothing acknowledged is lost).
 
 Before the WAL can fill its filesystem, ingest pauses: while less is free
 than a snapshot of the index and the WAL's next entries need, events get 503
-with Retry-After ("ingest paused"), /readyz says ingest_paused, a snapshot is
+with Retry-After ("ingest paused"), /readyz says ingest_paused (during the
+start's ZMQ clears too, which the pause holds up), a snapshot is
 taken if the index changed (its retention may free WAL segments), and ingest
 resumes by itself once space is back (see /v1/stats disk_free_bytes and
 disk_floor_bytes).
