@@ -309,6 +309,12 @@ func NewZMQSource(spec ZMQSpec, store Store, opts ZMQOptions) *ZMQSource {
 	}
 	name := SourceName(spec.Endpoint)
 	lg := opts.Logger.With("source", name, "worker_id", spec.WorkerID)
+	// Stats reports the sequence the store recorded applied before Run
+	// restores the rest: a start's clears (ReconcileZMQ, ForgetRemovedZMQ)
+	// hold the sources back, for long when the store refuses appends, and
+	// meanwhile a source that had applied batch N showed 0.
+	_, positions := store.Applied()
+	last, have := recordedSeq(positions, name)
 	return &ZMQSource{
 		spec:  spec,
 		name:  name,
@@ -317,9 +323,28 @@ func NewZMQSource(spec ZMQSpec, store Store, opts ZMQOptions) *ZMQSource {
 		log:   lg,
 		zlog:  slog.NewLogLogger(lg.Handler(), slog.LevelDebug),
 		rl:    loglimit.Limiter{Interval: opts.LogInterval},
-		stats: SourceStats{Source: name, Endpoint: spec.Endpoint, WorkerID: spec.WorkerID, Errors: map[string]uint64{}},
+		stats: SourceStats{Source: name, Endpoint: spec.Endpoint, WorkerID: spec.WorkerID, HasSeq: have, LastSeq: last, Errors: map[string]uint64{}},
 		ranks: map[uint32]struct{}{},
 	}
+}
+
+// recordedSeq returns the sequence of the last batch positions record
+// applied for the source named name, unless none is or its "#reset" voids
+// it (see [ZMQSource.Reconcile]).
+func recordedSeq(positions []wal.Position, name string) (seq uint64, ok bool) {
+	voided := false
+	for _, p := range positions {
+		switch p.Source {
+		case name:
+			seq, ok = p.Seq, true
+		case name + resetMark:
+			voided = p.Seq != 0
+		}
+	}
+	if voided {
+		return 0, false
+	}
+	return seq, ok
 }
 
 // SourceName is the WAL position name of the ZMQ source of endpoint.
@@ -412,11 +437,10 @@ func (s *ZMQSource) Stats() SourceStats {
 // a "#reset" of 1 voids the sequence (see [ZMQSource.Reconcile]).
 func (s *ZMQSource) restore() {
 	_, positions := s.store.Applied()
+	s.last, s.have = recordedSeq(positions, s.name)
 	ranksKnown := false
 	for _, p := range positions {
 		switch p.Source {
-		case s.name:
-			s.last, s.have = p.Seq, true
 		case s.name + tsMark:
 			s.lastTS = p.Seq
 		case s.name + groupsMark:
@@ -432,9 +456,6 @@ func (s *ZMQSource) restore() {
 		if r, ok := s.rankOf(p.Source); ok && p.Seq != 0 && len(s.ranks) < maxDPRanks {
 			s.ranks[r] = struct{}{}
 		}
-	}
-	if s.reset {
-		s.have, s.last = false, 0
 	}
 	s.ranksUnknown = s.have && len(s.ranks) == 0 && !ranksKnown
 	s.mu.Lock()

@@ -452,3 +452,29 @@ next:
 	}
 	return dst
 }
+
+// A source reports the sequence its store recorded applied from the
+// start, before Run: kvidx serve runs its sources only once a start's
+// clears have landed, and meanwhile one that had applied batch 5 showed
+// none. A sequence voided by "#reset" (a changed worker id) is none.
+func TestZMQStatsBeforeRun(t *testing.T) {
+	name := SourceName("tcp://127.0.0.1:19557")
+	for _, tc := range []struct {
+		name string
+		pos  []wal.Position
+		has  bool
+		last uint64
+	}{
+		{"none recorded", []wal.Position{{Source: "zmq:other", Seq: 9}}, false, 0},
+		{"recorded", []wal.Position{{Source: name, Seq: 5}, {Source: name + tsMark, Seq: 7}}, true, 5},
+		{"voided", []wal.Position{{Source: name, Seq: 5}, {Source: name + resetMark, Seq: 1}}, false, 0},
+		{"reset cleared", []wal.Position{{Source: name, Seq: 6}, {Source: name + resetMark, Seq: 0}}, true, 6},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := NewZMQSource(ZMQSpec{Endpoint: "tcp://127.0.0.1:19557", WorkerID: 7}, &fakeStore{pos: tc.pos}, testOptions())
+			if s := src.Stats(); s.HasSeq != tc.has || s.LastSeq != tc.last {
+				t.Fatalf("stats before Run: has %v last %d, want %v %d", s.HasSeq, s.LastSeq, tc.has, tc.last)
+			}
+		})
+	}
+}

@@ -9,6 +9,7 @@ import (
 	js "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kvidx/kvidx/internal/natstest"
+	"github.com/kvidx/kvidx/wal"
 )
 
 // A restarted replica reports the position its store recorded as applied
@@ -47,5 +48,14 @@ func TestAppliedReportsRecordedPositionBeforeConsuming(t *testing.T) {
 	waitUntil(t, "the gap", 10*time.Second, func() bool { return src.Status().Gap != "" })
 	if s := src.Status(); s.Applied != 10 {
 		t.Fatalf("held by a gap: status %+v, want applied 10", s)
+	}
+}
+
+// A source reports what its store recorded applied before Run: kvidx
+// serve runs its sources only once a start's ZMQ clears have landed.
+func TestAppliedReportedBeforeRun(t *testing.T) {
+	st := &posStore{pos: []wal.Position{{Source: PositionName(testStream), Seq: 10}}}
+	if s := New(Config{Stream: testStream}, st).Status(); s.Applied != 10 {
+		t.Fatalf("status before Run %+v, want applied 10", s)
 	}
 }

@@ -92,9 +92,15 @@ func New(cfg Config, store Store) *Source {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Source{cfg: cfg, store: store, log: cfg.Logger.With("source", PositionName(cfg.Stream)),
+	s := &Source{cfg: cfg, store: store, log: cfg.Logger.With("source", PositionName(cfg.Stream)),
 		minBackoff: 100 * time.Millisecond, maxBackoff: 5 * time.Second,
 		status: Status{Errors: map[string]uint64{}}, logs: loglimit.Limiter{Interval: time.Second}}
+	// What the store recorded is applied before Run too (see session):
+	// kvidx serve starts its sources only once a start's ZMQ clears have
+	// landed, which a store refusing appends holds up for long, and
+	// meanwhile a replica that had applied message N showed 0.
+	s.status.Applied, _ = s.recorded()
+	return s
 }
 
 // DefaultFetchMaxBytes is the default [Config.FetchMaxBytes].
