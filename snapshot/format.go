@@ -12,7 +12,7 @@ package snapshot
 //     (JSON), the source positions (JSON, opaque here), a CRC-32C of the
 //     data, and a CRC-32C of the other meta keys and values.
 //   - workers: the worker-key table, worker index -> key, sorted, 12 bytes a key.
-//   - places: chunks of about 62 KiB of places (uncompressed), each one value
+//   - places: chunks of about 31 KiB of places (uncompressed), each one value
 //     under the key (first position, chunk number), both big-endian uint32,
 //     so keys are in position order. A value is a small header (last
 //     position, ordinal of the first place, place and holder-block counts)
@@ -58,19 +58,19 @@ const minFormatVersion = 1
 const SeqRule = "xxh3-64(seed=1337, le64(parent_seq) || le64(tokens_hash)); first seq = tokens_hash"
 
 // pageSize is the bbolt page size a snapshot is written with, and
-// defaultChunkBytes the size at which a chunk is closed: about one chunk
-// value to a page. bbolt writes a node that spans several pages from a
-// buffer it allocates for that node on every commit, but a one-page node
-// from a pool it reuses; with 4 KiB pages, every chunk took a fresh buffer,
-// as much new memory as the file itself, which is slow to fault in on this
-// project's VMs (a process's first 1M holder-block write took 250-290 ms
-// with 4 KiB pages, 64 KiB chunks and 16 MiB transactions, 150-230 ms with
-// these and 4 MiB transactions, alternating).
+// defaultChunkBytes the size at which a chunk is closed: two chunk values to
+// a page. bbolt puts at least two values on a leaf, and writes a leaf that
+// spans several pages from a buffer it allocates for that leaf on every
+// commit, but a one-page leaf from a pool it reuses. Chunks of nearly a
+// page made every leaf two pages: each write allocated as much new memory
+// as the file, slow to fault in on this project's VMs (a process's first
+// 10M holder-block write 1.8-2.6 s; with two chunks to a page, 1.0-2.1 s).
 // The margin leaves room for the chunk header and the place that crosses
-// the threshold, so nearly every chunk fits its page.
+// the threshold, so nearly every leaf fits its page
+// (TestDefaultChunksShareLeafPages).
 const (
 	pageSize          = 64 << 10
-	defaultChunkBytes = pageSize - 2<<10
+	defaultChunkBytes = pageSize/2 - 1<<10
 )
 
 // minPageSize is the smallest bbolt page size of a snapshot file (version 1
